@@ -1,0 +1,198 @@
+/*
+ * lm/lm.h - the engine: GGUF files, tensor types, model architectures, the
+ * forward pass and sampling.  This is the only header other modules include
+ * from lm/.  Nothing here prints or exits: every function that can fail
+ * returns -1 (or NULL) and leaves a one-line message in an lm_err, naming the
+ * file and the offending offset, tensor or value.
+ *
+ * Determinism contract: the logits of a position depend only on the tokens
+ * at positions <= it, never on how the tokens were split into lm_decode()
+ * calls or on the thread count.  Every kernel below computes each output
+ * element with a fixed reduction order to keep that promise.
+ */
+#ifndef KVCHAT_LM_H
+#define KVCHAT_LM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lm_err {
+    char msg[512];
+} lm_err;
+
+void lm_seterr(lm_err *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------ GGUF */
+
+enum gguf_vtype {
+    GGUF_U8 = 0, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32,
+    GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64,
+    GGUF_NTYPES
+};
+
+typedef struct gguf_kv {
+    char *key;                /* NUL-terminated copy */
+    uint32_t type;            /* enum gguf_vtype */
+    uint32_t arr_type;        /* element type when type == GGUF_ARRAY */
+    uint64_t arr_n;           /* element count when type == GGUF_ARRAY */
+    const uint8_t *data;      /* value bytes (string: its bytes; array: first element) */
+    uint64_t str_len;         /* type == GGUF_STRING */
+    uint64_t *str_off;        /* string arrays: offset of element i's length field from data */
+} gguf_kv;
+
+#define LM_MAX_DIMS 4
+
+typedef struct gguf_tensor {
+    char *name;
+    uint32_t n_dims;
+    int64_t ne[LM_MAX_DIMS];  /* ne[0] is the contiguous (row) dimension */
+    uint32_t type;            /* ggml type id */
+    uint64_t offset;          /* from the start of the data section */
+    uint64_t nbytes;
+    const void *data;         /* inside the read-only mapping */
+} gguf_tensor;
+
+typedef struct gguf_file {
+    char *path;
+    const uint8_t *map;
+    size_t size;
+    uint32_t version;
+    uint64_t n_kv, n_tensors;
+    gguf_kv *kv;
+    gguf_tensor *tensors;
+    uint64_t alignment;
+    uint64_t data_off;
+    int mapped;               /* map came from gguf_open: unmap on close */
+} gguf_file;
+
+int gguf_open(gguf_file *g, const char *path, lm_err *e);
+int gguf_parse(gguf_file *g, const char *name, const uint8_t *buf, size_t size, lm_err *e);
+void gguf_close(gguf_file *g);
+const gguf_kv *gguf_find(const gguf_file *g, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name);
+/* Typed getters: 1 found, 0 absent, -1 present with the wrong type (message set). */
+int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out, lm_err *e);
+int gguf_get_f32(const gguf_file *g, const char *key, float *out, lm_err *e);
+int gguf_get_bool(const gguf_file *g, const char *key, int *out, lm_err *e);
+/* Returns a pointer into the mapping (not NUL-terminated) and its length. */
+int gguf_get_str(const gguf_file *g, const char *key, const char **s, size_t *len, lm_err *e);
+const char *gguf_arr_str(const gguf_kv *kv, uint64_t i, size_t *len);
+const char *gguf_type_name(uint32_t vtype);
+
+/* --------------------------------------------------------- tensor types */
+
+enum lm_type {
+    LM_F32 = 0, LM_F16 = 1, LM_Q4_0 = 2, LM_Q4_1 = 3, LM_Q5_0 = 6, LM_Q5_1 = 7,
+    LM_Q8_0 = 8, LM_Q8_1 = 9, LM_Q2_K = 10, LM_Q3_K = 11, LM_Q4_K = 12,
+    LM_Q5_K = 13, LM_Q6_K = 14, LM_Q8_K = 15, LM_BF16 = 30, LM_NTYPES = 40
+};
+
+const char *lm_type_name(uint32_t type);          /* "Q4_K", or NULL if unknown */
+int lm_type_known(uint32_t type);                 /* a ggml type id we can size */
+int lm_type_supported(uint32_t type);             /* one we can multiply with */
+int64_t lm_type_block(uint32_t type);             /* elements per block */
+size_t lm_type_size(uint32_t type);               /* bytes per block */
+size_t lm_row_bytes(uint32_t type, int64_t n);    /* n must be a block multiple */
+void lm_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+float lm_f16_to_f32(uint16_t h);
+uint16_t lm_f32_to_f16(float f);
+float lm_bf16_to_f32(uint16_t h);
+float lm_dot_f32(const float *a, const float *b, int64_t n);
+
+/* --------------------------------------------------------------- models */
+
+typedef struct lm_tensor {
+    const char *name;
+    uint32_t type;
+    int64_t ne[2];
+    const void *data;
+} lm_tensor;
+
+enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };
+
+typedef struct lm_hparams {
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int head_dim, head_dim_v, n_rot;
+    float rms_eps, rope_base, rope_freq_scale;
+    int sliding_window;
+} lm_hparams;
+
+typedef struct lm_layer {
+    const lm_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv;
+    const lm_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+} lm_layer;
+
+struct lm_arch;
+
+typedef struct lm_model {
+    gguf_file gguf;
+    const struct lm_arch *arch;
+    lm_hparams hp;
+    int rope_style;
+    lm_tensor *tensors;      /* one per GGUF tensor, same order */
+    const lm_tensor *tok_embd, *output_norm, *output, *rope_freqs;
+    lm_layer *layers;
+} lm_model;
+
+int lm_model_open(lm_model *m, const char *path, lm_err *e);
+void lm_model_close(lm_model *m);
+const char *lm_arch_name(const lm_model *m);
+/* Writes the comma-separated list of architecture names into buf. */
+void lm_supported_archs(char *buf, size_t size);
+/* Bytes of K and V per token for a cache of the given element size. */
+size_t lm_kv_bytes_per_token(const lm_model *m, size_t elem_size);
+
+/* ------------------------------------------------------- KV cache + eval */
+
+enum lm_kv_type { LM_KV_F32 = 0, LM_KV_F16 = 1 };
+
+typedef struct lm_kv {
+    int n_ctx, n_layer, k_dim, v_dim, type;
+    void *k, *v;               /* [n_layer][n_ctx][k_dim or v_dim] */
+} lm_kv;
+
+int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e);
+void lm_kv_free(lm_kv *kv);
+
+typedef struct lm_ctx lm_ctx;
+
+lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e);
+void lm_ctx_free(lm_ctx *c);
+int lm_default_threads(void);
+
+enum lm_logits_mode { LM_LOGITS_NONE, LM_LOGITS_LAST, LM_LOGITS_ALL };
+
+/*
+ * Evaluates tokens[0..n) at positions pos0..pos0+n-1, writing their K/V into
+ * kv.  logits receives n_vocab floats for the last token (LM_LOGITS_LAST) or
+ * for every token (LM_LOGITS_ALL).  Positions must satisfy pos0 + n <= n_ctx.
+ * Returns 0, or -1 when interrupted via *stop (checked between micro-batches
+ * and layers) or on a bad token id.
+ */
+int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0,
+              int logits_mode, float *logits, volatile int *stop, lm_err *e);
+
+/* ------------------------------------------------------------- sampling */
+
+typedef struct lm_sampling {
+    float temp;             /* <= 0: greedy */
+    int top_k;              /* <= 0: off */
+    float top_p;            /* >= 1: off */
+    float min_p;            /* <= 0: off */
+    float repeat_penalty;   /* 1: off */
+    int repeat_last_n;
+    uint64_t seed;
+} lm_sampling;
+
+void lm_sampling_defaults(lm_sampling *p);
+
+typedef struct lm_sampler lm_sampler;
+lm_sampler *lm_sampler_new(const lm_sampling *p, int n_vocab);
+void lm_sampler_free(lm_sampler *s);
+void lm_sampler_reseed(lm_sampler *s, uint64_t seed);
+/* recent: the last tokens of the context, for the repeat penalty. */
+int32_t lm_sample(lm_sampler *s, const float *logits, const int32_t *recent, int n_recent);
+int32_t lm_argmax(const float *logits, int n);
+
+#endif
