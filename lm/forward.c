@@ -1,0 +1,422 @@
+/*
+ * lm/forward.c - the transformer forward pass over a batch of tokens, in
+ * the plain style of llama2.c's run.c: embed, then per layer RMSNorm ->
+ * Q/K/V -> RoPE -> causal attention over the KV cache -> output projection
+ * -> residual, RMSNorm -> gated FFN -> residual; then the final norm and the
+ * vocabulary projection.  Batches are processed in micro-batches of at most
+ * UBATCH tokens so the scratch memory is fixed when the context is created:
+ * no allocation happens per token.
+ *
+ * Every per-token step (norms, RoPE, attention) reads only that token's
+ * row and the cache, and the matmul is batch-independent (matmul.c), so any
+ * split of the same tokens gives bitwise identical logits.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#define UBATCH 128
+
+struct lm_ctx {
+    const lm_model *m;
+    int n_threads;
+    int q_dim, k_dim, v_dim, o_dim;
+    float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
+    float **scratch;     /* per thread: one dequantized weight row */
+    float **scores;      /* per thread: attention scores over the cache */
+    int scores_cap;
+};
+
+static float *alloc_floats(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
+
+int lm_default_threads(void)
+{
+    /* physical cores: count distinct (package, core) pairs in sysfs */
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        return 1;
+    int seen = 0;
+    long ids[1024];
+    for (long cpu = 0; cpu < n && cpu < 1024; cpu++) {
+        char path[128];
+        long pkg = 0, core = cpu;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/core_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &core) != 1)
+                core = cpu;
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id", cpu);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &pkg) != 1)
+                pkg = 0;
+            fclose(f);
+        }
+        long id = pkg * 100000 + core;
+        int dup = 0;
+        for (int i = 0; i < seen; i++)
+            dup |= ids[i] == id;
+        if (!dup)
+            ids[seen++] = id;
+    }
+    return seen > 0 ? seen : (int)n;
+}
+
+lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
+{
+    const lm_hparams *hp = &m->hp;
+    lm_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        goto oom;
+    c->m = m;
+    c->n_threads = n_threads > 0 ? n_threads : lm_default_threads();
+    c->q_dim = hp->n_head * hp->head_dim;
+    c->k_dim = hp->n_head_kv * hp->head_dim;
+    c->v_dim = hp->n_head_kv * hp->head_dim_v;
+    c->o_dim = hp->n_head * hp->head_dim_v;
+    size_t ub = UBATCH;
+    c->x = alloc_floats(ub * hp->n_embd);
+    c->xb = alloc_floats(ub * hp->n_embd);
+    c->proj = alloc_floats(ub * hp->n_embd);
+    c->q = alloc_floats(ub * c->q_dim);
+    c->k = alloc_floats(ub * c->k_dim);
+    c->v = alloc_floats(ub * c->v_dim);
+    c->att = alloc_floats(ub * c->o_dim);
+    c->hb = alloc_floats(ub * hp->n_ff);
+    c->hb2 = alloc_floats(ub * hp->n_ff);
+    c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
+    c->scores = calloc((size_t)c->n_threads, sizeof *c->scores);
+    if (!c->x || !c->xb || !c->proj || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 ||
+        !c->scratch || !c->scores)
+        goto oom;
+    int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+    if (c->o_dim > widest)
+        widest = c->o_dim;
+    for (int i = 0; i < c->n_threads; i++)
+        if (!(c->scratch[i] = alloc_floats((size_t)widest)))
+            goto oom;
+    return c;
+oom:
+    lm_seterr(e, "out of memory for the evaluation buffers");
+    lm_ctx_free(c);
+    return NULL;
+}
+
+void lm_ctx_free(lm_ctx *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; c->scratch && i < c->n_threads; i++)
+        free(c->scratch[i]);
+    for (int i = 0; c->scores && i < c->n_threads; i++)
+        free(c->scores[i]);
+    free(c->scratch);
+    free(c->scores);
+    free(c->x);
+    free(c->xb);
+    free(c->proj);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->hb);
+    free(c->hb2);
+    free(c);
+}
+
+int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e)
+{
+    const lm_hparams *hp = &m->hp;
+    memset(kv, 0, sizeof *kv);
+    kv->n_ctx = n_ctx;
+    kv->n_layer = hp->n_layer;
+    kv->k_dim = hp->n_head_kv * hp->head_dim;
+    kv->v_dim = hp->n_head_kv * hp->head_dim_v;
+    kv->type = type;
+    size_t es = type == LM_KV_F16 ? 2 : 4;
+    size_t per_layer = (size_t)n_ctx * es;
+    kv->k = calloc((size_t)kv->n_layer * kv->k_dim, per_layer);
+    kv->v = calloc((size_t)kv->n_layer * kv->v_dim, per_layer);
+    if (!kv->k || !kv->v) {
+        lm_seterr(e, "out of memory for a KV cache of %d tokens", n_ctx);
+        lm_kv_free(kv);
+        return -1;
+    }
+    return 0;
+}
+
+void lm_kv_free(lm_kv *kv)
+{
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+}
+
+/* ---------------------------------------------------------------- steps */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double sum = 0.0; /* ggml sums squares in double too */
+    for (int i = 0; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+/*
+ * Rotates one head in place.  theta follows ggml's recurrence in float
+ * (theta_i = pos * base^(-2i/n_rot), by repeated multiplication) so that
+ * our rounding matches llama.cpp's, not just its math.
+ */
+static void rope_head(float *h, int pos, const lm_model *m)
+{
+    const lm_hparams *hp = &m->hp;
+    const float *ff = m->rope_freqs ? m->rope_freqs->data : NULL;
+    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    float theta = (float)pos;
+    int half = hp->n_rot / 2;
+    for (int i = 0; i < half; i++, theta *= theta_scale) {
+        float t = hp->rope_freq_scale * (ff ? theta / ff[i] : theta);
+        float cs = cosf(t), sn = sinf(t);
+        int a = m->rope_style == LM_ROPE_NEOX ? i : 2 * i;
+        int b = m->rope_style == LM_ROPE_NEOX ? i + half : 2 * i + 1;
+        float x0 = h[a], x1 = h[b];
+        h[a] = x0 * cs - x1 * sn;
+        h[b] = x0 * sn + x1 * cs;
+    }
+}
+
+static float *kv_row_f32(const lm_kv *kv, void *base, int dim, int il, int pos)
+{
+    return (float *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+}
+
+static uint16_t *kv_row_f16(const lm_kv *kv, void *base, int dim, int il, int pos)
+{
+    return (uint16_t *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+}
+
+static void kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v)
+{
+    if (kv->type == LM_KV_F32) {
+        memcpy(kv_row_f32(kv, kv->k, kv->k_dim, il, pos), k, (size_t)kv->k_dim * 4);
+        memcpy(kv_row_f32(kv, kv->v, kv->v_dim, il, pos), v, (size_t)kv->v_dim * 4);
+        return;
+    }
+    uint16_t *kd = kv_row_f16(kv, kv->k, kv->k_dim, il, pos), *vd = kv_row_f16(kv, kv->v, kv->v_dim, il, pos);
+    for (int i = 0; i < kv->k_dim; i++)
+        kd[i] = lm_f32_to_f16(k[i]);
+    for (int i = 0; i < kv->v_dim; i++)
+        vd[i] = lm_f32_to_f16(v[i]);
+}
+
+/* Reads head kh of cached K or V at pos into out (f32). */
+static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il, int pos, int kh,
+                            float *tmp)
+{
+    if (kv->type == LM_KV_F32)
+        return kv_row_f32(kv, base, dim, il, pos) + (size_t)kh * hd;
+    const uint16_t *s = kv_row_f16(kv, base, dim, il, pos) + (size_t)kh * hd;
+    for (int i = 0; i < hd; i++)
+        tmp[i] = lm_f16_to_f32(s[i]);
+    return tmp;
+}
+
+/* One query head of one token against cache positions [lo, pos]. */
+static void attend_head(const lm_ctx *c, const lm_kv *kv, int il, int pos, int h, const float *q,
+                        float *out, float *scores, float *tmp)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, kh = h / (hp->n_head / hp->n_head_kv);
+    const float scale = 1.0f / sqrtf((float)hd);
+    int lo = 0;
+    if (hp->sliding_window > 0 && pos - hp->sliding_window + 1 > 0)
+        lo = pos - hp->sliding_window + 1;
+    float mx = -INFINITY;
+    for (int j = lo; j <= pos; j++) {
+        const float *kj = kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp);
+        scores[j] = lm_dot_f32(q, kj, hd) * scale;
+        if (scores[j] > mx)
+            mx = scores[j];
+    }
+    double sum = 0.0;
+    for (int j = lo; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float inv = (float)(1.0 / sum);
+    memset(out, 0, (size_t)hdv * sizeof *out);
+    for (int j = lo; j <= pos; j++) {
+        const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
+        float w = scores[j] * inv;
+        for (int i = 0; i < hdv; i++)
+            out[i] += w * vj[i];
+    }
+}
+
+static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
+{
+    const lm_hparams *hp = &c->m->hp;
+    int jobs = n * hp->n_head;
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    for (int job = 0; job < jobs; job++) {
+        int t = job / hp->n_head, h = job % hp->n_head;
+        int tid = omp_get_thread_num();
+        attend_head(c, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
+                    c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
+                    c->scratch[tid]);
+    }
+}
+
+static void add_bias(float *x, const lm_tensor *b, int n, int dim)
+{
+    if (!b)
+        return;
+    const float *bd = b->data;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++)
+            x[(size_t)t * dim + i] += bd[i];
+}
+
+static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
+{
+    const lm_model *m = c->m;
+    const lm_hparams *hp = &m->hp;
+    const lm_layer *L = &m->layers[il];
+    const int E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
+    lm_matmul(c->q, L->wq, c->xb, n, c->scratch, c->n_threads);
+    lm_matmul(c->k, L->wk, c->xb, n, c->scratch, c->n_threads);
+    lm_matmul(c->v, L->wv, c->xb, n, c->scratch, c->n_threads);
+    add_bias(c->q, L->bq, n, c->q_dim);
+    add_bias(c->k, L->bk, n, c->k_dim);
+    add_bias(c->v, L->bv, n, c->v_dim);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < hp->n_head; h++)
+            rope_head(c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim, pos0 + t, m);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            rope_head(c->k + (size_t)t * c->k_dim + (size_t)h * hp->head_dim, pos0 + t, m);
+        kv_store(kv, il, pos0 + t, c->k + (size_t)t * c->k_dim, c->v + (size_t)t * c->v_dim);
+    }
+    attention(c, kv, il, n, pos0);
+    lm_matmul(c->proj, L->wo, c->att, n, c->scratch, c->n_threads);
+    for (size_t i = 0; i < (size_t)n * E; i++)
+        c->x[i] += c->proj[i];
+}
+
+static void ffn_block(lm_ctx *c, int il, int n)
+{
+    const lm_model *m = c->m;
+    const lm_hparams *hp = &m->hp;
+    const lm_layer *L = &m->layers[il];
+    const int E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
+    lm_matmul(c->hb, L->w_gate, c->xb, n, c->scratch, c->n_threads);
+    lm_matmul(c->hb2, L->w_up, c->xb, n, c->scratch, c->n_threads);
+    for (size_t i = 0; i < (size_t)n * hp->n_ff; i++) {
+        float g = c->hb[i];
+        c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
+    }
+    lm_matmul(c->proj, L->w_down, c->hb, n, c->scratch, c->n_threads);
+    for (size_t i = 0; i < (size_t)n * E; i++)
+        c->x[i] += c->proj[i];
+}
+
+static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
+{
+    if (c->scores_cap >= n_ctx)
+        return 0;
+    for (int i = 0; i < c->n_threads; i++) {
+        float *p = realloc(c->scores[i], (size_t)n_ctx * sizeof(float));
+        if (!p) {
+            lm_seterr(e, "out of memory for attention scores");
+            return -1;
+        }
+        c->scores[i] = p;
+    }
+    c->scores_cap = n_ctx;
+    return 0;
+}
+
+static int embed(lm_ctx *c, const int32_t *tokens, int n, lm_err *e)
+{
+    const lm_model *m = c->m;
+    const lm_tensor *te = m->tok_embd;
+    size_t rb = lm_row_bytes(te->type, te->ne[0]);
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab) {
+            lm_seterr(e, "token id %d is out of range (vocabulary of %d)", tokens[t], m->hp.n_vocab);
+            return -1;
+        }
+        lm_dequant_row(te->type, (const uint8_t *)te->data + (size_t)tokens[t] * rb,
+                       c->x + (size_t)t * m->hp.n_embd, te->ne[0]);
+    }
+    return 0;
+}
+
+/* Final norm and vocabulary projection for tokens [first, n) of the ubatch. */
+static void output_logits(lm_ctx *c, int first, int n, float *logits)
+{
+    const lm_model *m = c->m;
+    const int E = m->hp.n_embd;
+    for (int t = first; t < n; t++)
+        rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm->data, E,
+                m->hp.rms_eps);
+    lm_matmul(logits, m->output, c->xb, n - first, c->scratch, c->n_threads);
+}
+
+static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0,
+                         int want_first, float *logits, volatile int *stop, lm_err *e)
+{
+    if (embed(c, tokens, n, e))
+        return -1;
+    for (int il = 0; il < c->m->hp.n_layer; il++) {
+        if (stop && *stop) {
+            lm_seterr(e, "interrupted");
+            return -1;
+        }
+        attention_block(c, kv, il, n, pos0);
+        ffn_block(c, il, n);
+    }
+    if (want_first < n)
+        output_logits(c, want_first, n, logits);
+    return 0;
+}
+
+int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
+              float *logits, volatile int *stop, lm_err *e)
+{
+    if (n <= 0 || pos0 < 0 || pos0 + n > kv->n_ctx) {
+        lm_seterr(e, "positions %d..%d do not fit a context of %d", pos0, pos0 + n - 1, kv->n_ctx);
+        return -1;
+    }
+    if (ensure_scores(c, kv->n_ctx, e))
+        return -1;
+    const size_t nv = (size_t)c->m->hp.n_vocab;
+    for (int done = 0; done < n; done += UBATCH) {
+        int nb = n - done < UBATCH ? n - done : UBATCH;
+        int last = done + nb == n;
+        int want_first = nb;
+        float *out = NULL;
+        if (logits_mode == LM_LOGITS_ALL) {
+            want_first = 0;
+            out = logits + (size_t)done * nv;
+        } else if (logits_mode == LM_LOGITS_LAST && last) {
+            want_first = nb - 1;
+            out = logits;
+        }
+        if (decode_ubatch(c, kv, tokens + done, nb, pos0 + done, want_first, out, stop, e))
+            return -1;
+    }
+    return 0;
+}
