@@ -1,0 +1,479 @@
+/*
+ * tok/vocab.c - building a tok_vocab from GGUF metadata: the token list,
+ * scores and types, the text -> id and merge -> rank hash tables, special
+ * token ids and flags, the end-of-generation set and the piece cache.  The
+ * rules (defaults per tokenizer model, which flags a pre-tokenizer implies,
+ * which token texts end a generation) are llama.cpp's, so the same file
+ * tokenizes the same way in both programs.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VOCAB (1 << 24)
+
+uint32_t tok_hash(const char *s, size_t len, uint32_t seed)
+{
+    uint32_t h = 2166136261u ^ seed;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len)
+{
+    uint32_t mask = v->n_slots - 1;
+    for (uint32_t i = tok_hash(s, len, 0) & mask;; i = (i + 1) & mask) {
+        int32_t id = v->slots[i];
+        if (id < 0)
+            return -1;
+        if (v->tok[id].len == len && !memcmp(v->tok[id].text, s, len))
+            return id;
+    }
+}
+
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
+{
+    return tok_lookup(v, text, len);
+}
+
+int32_t tok_merge_rank(const tok_vocab *v, const char *a, size_t la, const char *b, size_t lb)
+{
+    if (!v->n_merge_slots)
+        return -1;
+    uint32_t mask = v->n_merge_slots - 1;
+    uint32_t h = tok_hash(b, lb, tok_hash(a, la, 0));
+    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
+        const merge_entry *m = &v->merges[i];
+        if (m->rank < 0)
+            return -1;
+        if (m->la == la && m->lb == lb && !memcmp(m->a, a, la) && !memcmp(m->b, b, lb))
+            return m->rank;
+    }
+}
+
+static uint32_t pow2_above(uint64_t n)
+{
+    uint32_t s = 16;
+    while (s < 2 * n)
+        s <<= 1;
+    return s;
+}
+
+static int build_index(tok_vocab *v, const char *path, lm_err *e)
+{
+    v->n_slots = pow2_above((uint64_t)v->n);
+    v->slots = malloc(v->n_slots * sizeof *v->slots);
+    if (!v->slots) {
+        lm_seterr(e, "%s: out of memory for the vocabulary", path);
+        return -1;
+    }
+    memset(v->slots, 0xff, v->n_slots * sizeof *v->slots);
+    uint32_t mask = v->n_slots - 1;
+    for (int32_t id = 0; id < v->n; id++) {
+        const tok_entry *t = &v->tok[id];
+        uint32_t i = tok_hash(t->text, t->len, 0) & mask;
+        for (; v->slots[i] >= 0; i = (i + 1) & mask) {
+            const tok_entry *o = &v->tok[v->slots[i]];
+            if (o->len == t->len && !memcmp(o->text, t->text, t->len)) {
+                lm_seterr(e, "%s: duplicate token in vocabulary: '%.*s' has ids %d and %d", path,
+                          (int)(t->len > 40 ? 40 : t->len), t->text, v->slots[i], id);
+                return -1;
+            }
+        }
+        v->slots[i] = id;
+    }
+    return 0;
+}
+
+static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
+{
+    const gguf_kv *kv = gguf_find(g, "tokenizer.ggml.merges");
+    if (!kv) {
+        lm_seterr(e, "%s: BPE vocabulary without tokenizer.ggml.merges", g->path);
+        return -1;
+    }
+    if (kv->type != GGUF_ARRAY || kv->arr_type != GGUF_STRING || kv->arr_n > MAX_VOCAB * 4ull) {
+        lm_seterr(e, "%s: tokenizer.ggml.merges is not an array of strings", g->path);
+        return -1;
+    }
+    v->n_merge_slots = pow2_above(kv->arr_n);
+    v->merges = malloc(v->n_merge_slots * sizeof *v->merges);
+    if (!v->merges) {
+        lm_seterr(e, "%s: out of memory for merges", g->path);
+        return -1;
+    }
+    for (uint32_t i = 0; i < v->n_merge_slots; i++)
+        v->merges[i].rank = -1;
+    uint32_t mask = v->n_merge_slots - 1;
+    for (uint64_t r = 0; r < kv->arr_n; r++) {
+        size_t len;
+        const char *s = gguf_arr_str(kv, r, &len);
+        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+        merge_entry m = {s, "", 0, 0, (int32_t)r};
+        if (sp) { /* llama.cpp keeps a merge without a space as ("", "") */
+            m.la = (uint32_t)(sp - s);
+            m.b = sp + 1;
+            m.lb = (uint32_t)(len - m.la - 1);
+        }
+        uint32_t i = tok_hash(m.b, m.lb, tok_hash(m.a, m.la, 0)) & mask;
+        int dup = 0;
+        for (; v->merges[i].rank >= 0 && !dup; i = (i + 1) & mask) {
+            const merge_entry *o = &v->merges[i];
+            dup = o->la == m.la && o->lb == m.lb && !memcmp(o->a, m.a, m.la) &&
+                  !memcmp(o->b, m.b, m.lb);
+        }
+        if (!dup) /* the first rank of a pair wins, as with emplace */
+            v->merges[i] = m;
+    }
+    return 0;
+}
+
+static const gguf_kv *array_of(const gguf_file *g, const char *key, uint32_t t1, uint32_t t2,
+                               uint64_t min_n, lm_err *e)
+{
+    const gguf_kv *kv = gguf_find(g, key);
+    if (!kv)
+        return NULL;
+    if (kv->type != GGUF_ARRAY || (kv->arr_type != t1 && kv->arr_type != t2) || kv->arr_n < min_n) {
+        lm_seterr(e, "%s: %s must be an array of %s with at least %llu entries", g->path, key,
+                  gguf_type_name(t1), (unsigned long long)min_n);
+        return (const gguf_kv *)-1;
+    }
+    return kv;
+}
+
+static uint32_t attr_of_type(int32_t type)
+{
+    switch (type) {
+    case 1: return TOK_ATTR_NORMAL;
+    case 2: return TOK_ATTR_UNKNOWN;
+    case 3: return TOK_ATTR_CONTROL;
+    case 4: return TOK_ATTR_USER_DEFINED;
+    case 5: return TOK_ATTR_UNUSED;
+    case 6: return TOK_ATTR_BYTE;
+    default: return 0;
+    }
+}
+
+static int load_tokens(tok_vocab *v, const gguf_file *g, lm_err *e)
+{
+    const gguf_kv *toks = gguf_find(g, "tokenizer.ggml.tokens");
+    if (!toks || toks->type != GGUF_ARRAY || toks->arr_type != GGUF_STRING || toks->arr_n == 0 ||
+        toks->arr_n > MAX_VOCAB) {
+        lm_seterr(e, "%s: tokenizer.ggml.tokens is missing or not a non-empty array of strings",
+                  g->path);
+        return -1;
+    }
+    v->n = (int)toks->arr_n;
+    const gguf_kv *scores = array_of(g, "tokenizer.ggml.scores", GGUF_F32, GGUF_I32, toks->arr_n, e);
+    const gguf_kv *types = array_of(g, "tokenizer.ggml.token_type", GGUF_I32, GGUF_I32, toks->arr_n, e);
+    if (scores == (const gguf_kv *)-1 || types == (const gguf_kv *)-1)
+        return -1;
+    v->tok = calloc((size_t)v->n, sizeof *v->tok);
+    if (!v->tok) {
+        lm_seterr(e, "%s: out of memory for the vocabulary", g->path);
+        return -1;
+    }
+    for (int i = 0; i < v->n; i++) {
+        tok_entry *t = &v->tok[i];
+        size_t len;
+        t->text = gguf_arr_str(toks, (uint64_t)i, &len);
+        if (len > 4096) {
+            lm_seterr(e, "%s: token %d is %zu bytes long", g->path, i, len);
+            return -1;
+        }
+        t->len = (uint32_t)len;
+        t->attr = TOK_ATTR_NORMAL;
+        if (scores) {
+            if (scores->arr_type == GGUF_F32) {
+                memcpy(&t->score, scores->data + 4 * (size_t)i, 4);
+            } else {
+                int32_t s;
+                memcpy(&s, scores->data + 4 * (size_t)i, 4);
+                t->score = (float)s;
+            }
+        }
+        if (types) {
+            int32_t ty;
+            memcpy(&ty, types->data + 4 * (size_t)i, 4);
+            t->attr = attr_of_type(ty);
+        }
+    }
+    return 0;
+}
+
+static int get_id(const gguf_file *g, const char *key, int32_t *id, int n, lm_err *e)
+{
+    if (*id >= n)
+        *id = -1;
+    uint32_t u;
+    int r = gguf_get_u32(g, key, &u, e);
+    if (r < 0) {
+        /* llama.cpp ignores a bad special id; we say so instead of guessing */
+        return -1;
+    }
+    if (r == 1) {
+        if (u >= (uint32_t)n) {
+            lm_seterr(e, "%s: %s = %u is out of range (vocabulary of %d)", g->path, key, u, n);
+            return -1;
+        }
+        *id = (int32_t)u;
+    }
+    return 0;
+}
+
+static int load_specials(tok_vocab *v, const gguf_file *g, lm_err *e)
+{
+    v->eot = v->eom = -1;
+    if (get_id(g, "tokenizer.ggml.bos_token_id", &v->bos, v->n, e) ||
+        get_id(g, "tokenizer.ggml.eos_token_id", &v->eos, v->n, e) ||
+        get_id(g, "tokenizer.ggml.eot_token_id", &v->eot, v->n, e) ||
+        get_id(g, "tokenizer.ggml.eom_token_id", &v->eom, v->n, e) ||
+        get_id(g, "tokenizer.ggml.unknown_token_id", &v->unk, v->n, e))
+        return -1;
+    int b;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b, e) < 0)
+        return -1;
+    else if (gguf_find(g, "tokenizer.ggml.add_bos_token"))
+        v->add_bos = b;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b, e) < 0)
+        return -1;
+    else if (gguf_find(g, "tokenizer.ggml.add_eos_token"))
+        v->add_eos = b;
+    if ((v->add_bos && v->bos < 0) || (v->add_eos && v->eos < 0)) {
+        lm_seterr(e, "%s: the vocabulary asks for BOS/EOS but has no such token", g->path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Token texts that end a generation (llama.cpp's list). */
+static int eog_text(const char *s, size_t len)
+{
+    static const char *const names[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+        "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == len && !memcmp(names[i], s, len))
+            return 1;
+    return 0;
+}
+
+/* Adds id to the end-of-generation set; text matches also become control tokens. */
+static int add_eog(tok_vocab *v, int32_t id, int make_control)
+{
+    if (id < 0)
+        return 0;
+    if (make_control)
+        v->tok[id].attr |= TOK_ATTR_CONTROL;
+    if (tok_is_eog(v, id))
+        return 0;
+    int32_t *p = realloc(v->eog, (size_t)(v->n_eog + 1) * sizeof *p);
+    if (!p)
+        return -1;
+    v->eog = p;
+    v->eog[v->n_eog++] = id;
+    return 0;
+}
+
+static int find_eog(tok_vocab *v)
+{
+    for (int32_t id = 0; id < v->n; id++) {
+        const tok_entry *t = &v->tok[id];
+        if (!eog_text(t->text, t->len))
+            continue;
+        int is_eom = t->len == 10 && !memcmp(t->text, "<|eom_id|>", 10);
+        if (is_eom && v->eom < 0)
+            v->eom = id;
+        else if (!is_eom && v->eot < 0)
+            v->eot = id;
+        if (add_eog(v, id, 1))
+            return -1;
+    }
+    return add_eog(v, v->eos, 0) | add_eog(v, v->eot, 0) | add_eog(v, v->eom, 0);
+}
+
+static int cmp_special(const void *a, const void *b, void *ctx)
+{
+    const tok_vocab *v = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (v->tok[x].len != v->tok[y].len)
+        return v->tok[x].len > v->tok[y].len ? -1 : 1;
+    return x - y;
+}
+
+static int build_special_cache(tok_vocab *v)
+{
+    v->special = malloc((size_t)v->n * sizeof *v->special);
+    if (!v->special)
+        return -1;
+    for (int32_t id = 0; id < v->n; id++)
+        if ((v->tok[id].attr & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) &&
+            v->tok[id].len > 0)
+            v->special[v->n_special++] = id;
+    qsort_r(v->special, (size_t)v->n_special, sizeof *v->special, cmp_special, v);
+    return 0;
+}
+
+static int contains_ci(const char *s, size_t len, const char *needle)
+{
+    size_t nl = strlen(needle);
+    for (size_t i = 0; i + nl <= len; i++) {
+        size_t j = 0;
+        while (j < nl && tolower((unsigned char)s[i + j]) == needle[j])
+            j++;
+        if (j == nl)
+            return 1;
+    }
+    return 0;
+}
+
+/* Phi-3 files rely on llama.cpp stripping spaces after their special tokens. */
+static void model_specific_attrs(tok_vocab *v, const gguf_file *g)
+{
+    const char *name;
+    size_t len;
+    lm_err ignore;
+    if (gguf_get_str(g, "general.name", &name, &len, &ignore) != 1)
+        return;
+    if (!contains_ci(name, len, "phi-3") && !contains_ci(name, len, "phi3"))
+        return;
+    for (int i = 0; i < v->n_special; i++)
+        v->tok[v->special[i]].attr |= TOK_ATTR_RSTRIP;
+    int32_t id = tok_lookup(v, "</s>", 4);
+    if (id >= 0)
+        v->tok[id].attr |= TOK_ATTR_RSTRIP;
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (int i = 0; i < 3; i++)
+        if ((id = tok_lookup(v, keep[i], strlen(keep[i]))) >= 0)
+            v->tok[id].attr &= ~(uint32_t)TOK_ATTR_RSTRIP;
+}
+
+static void build_byte_tokens(tok_vocab *v)
+{
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        int32_t id;
+        if (v->kind == TOK_SPM) {
+            snprintf(buf, sizeof buf, "<0x%02X>", b);
+            id = tok_lookup(v, buf, 6);
+            if (id < 0) {
+                buf[0] = (char)b;
+                id = tok_lookup(v, buf, 1);
+            }
+        } else {
+            id = tok_lookup(v, buf, tok_byte_to_utf8((uint8_t)b, buf));
+        }
+        v->byte_tok[b] = id;
+    }
+}
+
+int tok_build_pieces(tok_vocab *v); /* decode.c */
+
+static int set_kind(tok_vocab *v, const gguf_file *g, lm_err *e)
+{
+    const char *model, *pre = "";
+    size_t ml, pl = 0;
+    int r = gguf_get_str(g, "tokenizer.ggml.model", &model, &ml, e);
+    if (r <= 0) {
+        if (r == 0)
+            lm_seterr(e, "%s: no tokenizer (tokenizer.ggml.model is missing)", g->path);
+        return -1;
+    }
+    if (ml == 5 && !memcmp(model, "llama", 5)) {
+        v->kind = TOK_SPM;
+        v->bos = 1, v->eos = 2, v->unk = 0;
+        v->add_bos = 1, v->add_space_prefix = 1;
+    } else if (ml == 4 && !memcmp(model, "gpt2", 4)) {
+        v->kind = TOK_BPE;
+        v->bos = 11, v->eos = 11, v->unk = -1;
+        if (gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pl, e) < 0)
+            return -1;
+        if (pretok_init(&v->pre, pre, pl, e) < 0) {
+            char msg[sizeof e->msg];
+            memcpy(msg, e->msg, sizeof msg);
+            lm_seterr(e, "%s: %s", g->path, msg);
+            return -1;
+        }
+        v->ignore_merges = !strcmp(v->pre.name, "llama3");
+        v->add_bos = v->ignore_merges;
+    } else {
+        lm_seterr(e, "%s: unsupported tokenizer model '%.*s' (llama, gpt2 are)", g->path,
+                  (int)(ml > 32 ? 32 : ml), model);
+        return -1;
+    }
+    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, e) < 0)
+        return -1;
+    if (v->kind == TOK_BPE)
+        v->add_space_prefix = 0;
+    return 0;
+}
+
+tok_vocab *tok_load(const gguf_file *g, lm_err *e)
+{
+    tok_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        lm_seterr(e, "out of memory");
+        return NULL;
+    }
+    if (set_kind(v, g, e) || load_tokens(v, g, e) || build_index(v, g->path, e) ||
+        (v->kind == TOK_BPE && load_merges(v, g, e)) || load_specials(v, g, e))
+        goto fail;
+    if (v->unk >= v->n)
+        v->unk = -1;
+    if (find_eog(v) || build_special_cache(v))
+        goto oom;
+    model_specific_attrs(v, g);
+    build_byte_tokens(v);
+    if (tok_build_pieces(v))
+        goto oom;
+    return v;
+oom:
+    lm_seterr(e, "%s: out of memory for the vocabulary", g->path);
+fail:
+    tok_free(v);
+    return NULL;
+}
+
+void tok_free(tok_vocab *v)
+{
+    if (!v)
+        return;
+    pretok_free(&v->pre);
+    free(v->tok);
+    free(v->slots);
+    free(v->merges);
+    free(v->eog);
+    free(v->special);
+    free(v->pieces);
+    free(v->piece_off);
+    free(v);
+}
+
+int tok_kind(const tok_vocab *v) { return v->kind; }
+const char *tok_kind_name(const tok_vocab *v) { return v->kind == TOK_SPM ? "SPM" : "BPE"; }
+const char *tok_pre_name(const tok_vocab *v) { return v->kind == TOK_BPE ? v->pre.name : ""; }
+int tok_n_vocab(const tok_vocab *v) { return v->n; }
+int32_t tok_bos(const tok_vocab *v) { return v->bos; }
+int32_t tok_eos(const tok_vocab *v) { return v->eos; }
+int tok_add_bos(const tok_vocab *v) { return v->add_bos; }
+unsigned tok_attr_of(const tok_vocab *v, int32_t id) { return v->tok[id].attr; }
+
+int tok_is_eog(const tok_vocab *v, int32_t id)
+{
+    for (int i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id)
+            return 1;
+    return 0;
+}
+
+const char *tok_text(const tok_vocab *v, int32_t id, size_t *len)
+{
+    *len = v->tok[id].len;
+    return v->tok[id].text;
+}
