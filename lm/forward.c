@@ -27,7 +27,8 @@ struct lm_ctx {
     int n_threads;
     int q_dim, k_dim, v_dim, o_dim;
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
-    float **scratch;     /* per thread: one dequantized weight row */
+    mm_scratch mm;       /* matmul: quantized activations, decoded rows */
+    float **scratch;     /* per thread: a head converted from an f16 cache */
     float **scores;      /* per thread: attention scores over the cache */
     int scores_cap;
 };
@@ -102,6 +103,8 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     for (int i = 0; i < c->n_threads; i++)
         if (!(c->scratch[i] = alloc_floats((size_t)widest)))
             goto oom;
+    if (mm_scratch_init(&c->mm, c->n_threads, widest, UBATCH))
+        goto oom;
     return c;
 oom:
     lm_seterr(e, "out of memory for the evaluation buffers");
@@ -119,6 +122,7 @@ void lm_ctx_free(lm_ctx *c)
         free(c->scores[i]);
     free(c->scratch);
     free(c->scores);
+    mm_scratch_free(&c->mm);
     free(c->x);
     free(c->xb);
     free(c->proj);
@@ -294,9 +298,9 @@ static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
     const int E = hp->n_embd;
     for (int t = 0; t < n; t++)
         rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
-    lm_matmul(c->q, L->wq, c->xb, n, c->scratch, c->n_threads);
-    lm_matmul(c->k, L->wk, c->xb, n, c->scratch, c->n_threads);
-    lm_matmul(c->v, L->wv, c->xb, n, c->scratch, c->n_threads);
+    lm_matmul(c->q, L->wq, c->xb, n, &c->mm);
+    lm_matmul(c->k, L->wk, c->xb, n, &c->mm);
+    lm_matmul(c->v, L->wv, c->xb, n, &c->mm);
     add_bias(c->q, L->bq, n, c->q_dim);
     add_bias(c->k, L->bk, n, c->k_dim);
     add_bias(c->v, L->bv, n, c->v_dim);
@@ -308,7 +312,7 @@ static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
         kv_store(kv, il, pos0 + t, c->k + (size_t)t * c->k_dim, c->v + (size_t)t * c->v_dim);
     }
     attention(c, kv, il, n, pos0);
-    lm_matmul(c->proj, L->wo, c->att, n, c->scratch, c->n_threads);
+    lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
     for (size_t i = 0; i < (size_t)n * E; i++)
         c->x[i] += c->proj[i];
 }
@@ -321,13 +325,13 @@ static void ffn_block(lm_ctx *c, int il, int n)
     const int E = hp->n_embd;
     for (int t = 0; t < n; t++)
         rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
-    lm_matmul(c->hb, L->w_gate, c->xb, n, c->scratch, c->n_threads);
-    lm_matmul(c->hb2, L->w_up, c->xb, n, c->scratch, c->n_threads);
+    lm_matmul(c->hb, L->w_gate, c->xb, n, &c->mm);
+    lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm);
     for (size_t i = 0; i < (size_t)n * hp->n_ff; i++) {
         float g = c->hb[i];
         c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
     }
-    lm_matmul(c->proj, L->w_down, c->hb, n, c->scratch, c->n_threads);
+    lm_matmul(c->proj, L->w_down, c->hb, n, &c->mm);
     for (size_t i = 0; i < (size_t)n * E; i++)
         c->x[i] += c->proj[i];
 }
@@ -372,7 +376,7 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
     for (int t = first; t < n; t++)
         rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm->data, E,
                 m->hp.rms_eps);
-    lm_matmul(logits, m->output, c->xb, n - first, c->scratch, c->n_threads);
+    lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
 }
 
 static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0,

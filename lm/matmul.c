@@ -1,36 +1,71 @@
 /*
- * lm/matmul.c - the matrix-times-activations kernel.  Rows of the weight
- * matrix are split across OpenMP threads; each row is dequantized once into
- * the thread's scratch buffer and then dotted with every token of the batch,
- * so a prompt reads each weight once.  Each output element is one call of
- * lm_dot_f32 on the same operands whatever the batch or thread split: that
- * is what makes batched and token-by-token evaluation bitwise identical.
+ * lm/matmul.c - weight matrix times a batch of activations.  Each token's
+ * activation row is first rounded to the weight type's vec_dot_type (as
+ * llama.cpp does, see qdot.c); then rows of the weight matrix are split
+ * across OpenMP threads, each row decoded once into the thread's qrow and
+ * dotted with every token of the batch, so a prompt reads each weight once.
+ * Each output element is one call of lm_qrow_dot on the same operands
+ * whatever the batch or thread split: batched and token-by-token
+ * evaluation are bitwise identical.
  */
 #include "internal.h"
 
 #include <omp.h>
+#include <stdlib.h>
 
-void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, float **scratch,
-               int n_threads)
+int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
+{
+    s->n_threads = n_threads;
+    s->max_k = max_k;
+    s->act_cap = (size_t)max_tok * (size_t)max_k * sizeof(float); /* the largest act format */
+    s->act = malloc(s->act_cap);
+    s->rows = calloc((size_t)n_threads, sizeof *s->rows);
+    if (!s->act || !s->rows)
+        return -1;
+    for (int i = 0; i < n_threads; i++) {
+        qrow *r = &s->rows[i];
+        r->f = malloc((size_t)max_k * sizeof *r->f);
+        r->q = malloc((size_t)max_k);
+        r->sc = malloc((size_t)(max_k / 16 + 1) * sizeof *r->sc);
+        r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
+        r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
+        r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
+        if (!r->f || !r->q || !r->sc || !r->mn || !r->d || !r->m)
+            return -1;
+    }
+    return 0;
+}
+
+void mm_scratch_free(mm_scratch *s)
+{
+    for (int i = 0; s->rows && i < s->n_threads; i++) {
+        qrow *r = &s->rows[i];
+        free(r->f), free(r->q), free(r->sc), free(r->mn), free(r->d), free(r->m);
+    }
+    free(s->rows);
+    free(s->act);
+    s->rows = NULL;
+    s->act = NULL;
+}
+
+void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    const size_t row_bytes = lm_row_bytes(w->type, k);
+    const int atype = lm_act_type(w->type);
+    const size_t row_bytes = lm_row_bytes(w->type, k), act_bytes = lm_act_row_bytes(atype, k);
     const uint8_t *base = w->data;
-    int nt = rows < 64 ? 1 : n_threads;
+    int nt = rows < 64 ? 1 : s->n_threads;
 #pragma omp parallel num_threads(nt)
     {
-        float *buf = scratch[omp_get_thread_num()];
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *row;
-            if (w->type == LM_F32) {
-                row = (const float *)(base + (size_t)r * row_bytes);
-            } else {
-                lm_dequant_row(w->type, base + (size_t)r * row_bytes, buf, k);
-                row = buf;
-            }
+        for (int t = 0; t < n_tok; t++)
+            lm_quantize_act(atype, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
+        qrow *r = &s->rows[omp_get_thread_num()];
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; i++) {
+            lm_qrow_decode(r, w->type, base + (size_t)i * row_bytes, k);
             for (int t = 0; t < n_tok; t++)
-                out[(size_t)t * rows + r] = lm_dot_f32(row, x + (size_t)t * k, k);
+                out[(size_t)t * rows + i] = lm_qrow_dot(r, s->act + (size_t)t * act_bytes);
         }
     }
 }
