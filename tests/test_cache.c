@@ -1,0 +1,128 @@
+/*
+ * tests/test_cache.c - the persistent context's invariants: a failed,
+ * overflowing or interrupted evaluation changes nothing; truncation and
+ * sync reuse exactly the common prefix; and logits after any sequence of
+ * syncs equal those of a fresh evaluation, bit for bit.
+ */
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_model model;
+
+static void setup(void)
+{
+    char *p = shared_path("models/stories260K.gguf");
+    lm_err e;
+    ck_assert_msg(lm_model_open(&model, p, &e) == 0, "%s", e.msg);
+    free(p);
+}
+
+static void teardown(void) { lm_model_close(&model); }
+
+static const int32_t SEQ[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+
+START_TEST(test_overflow_changes_nothing)
+{
+    kv_context c;
+    lm_err e;
+    ck_assert(kv_init(&c, &model, 8, LM_KV_F32, 2, &e) == 0);
+    ck_assert(kv_eval(&c, SEQ, 5, NULL, NULL, &e) == 0);
+    float before[512];
+    memcpy(before, c.logits, sizeof before);
+    ck_assert(kv_eval(&c, SEQ + 5, 4, NULL, NULL, &e) != 0);
+    ck_assert_str_eq(e.msg, "KV cache overflow: n_past=5 + n_tokens=4 > n_ctx=8");
+    ck_assert_int_eq(c.n_past, 5);
+    ck_assert(!memcmp(c.tokens, SEQ, 5 * sizeof *SEQ));
+    ck_assert(!memcmp(before, c.logits, sizeof before));
+    int32_t bad = 100000;
+    ck_assert(kv_eval(&c, &bad, 1, NULL, NULL, &e) != 0);
+    ck_assert_int_eq(c.n_past, 5);
+    volatile int stop = 1;
+    ck_assert(kv_eval(&c, SEQ + 5, 2, NULL, &stop, &e) != 0);
+    ck_assert_int_eq(c.n_past, 5);
+    ck_assert(kv_eval(&c, SEQ + 5, 3, NULL, NULL, &e) == 0);
+    ck_assert_int_eq(c.n_past, 8);
+    kv_free(&c);
+}
+END_TEST
+
+static void fresh_logits(const int32_t *ids, int n, float *out)
+{
+    kv_context c;
+    lm_err e;
+    ck_assert(kv_init(&c, &model, 64, LM_KV_F32, 1, &e) == 0);
+    ck_assert(kv_eval(&c, ids, n, NULL, NULL, &e) == 0);
+    memcpy(out, c.logits, 512 * sizeof *out);
+    kv_free(&c);
+}
+
+START_TEST(test_sync_reuses_prefix)
+{
+    kv_context c;
+    lm_err e;
+    int reused, decoded;
+    float want[512];
+    ck_assert(kv_init(&c, &model, 64, LM_KV_F32, 2, &e) == 0);
+    ck_assert(kv_sync(&c, SEQ, 6, &reused, &decoded, NULL, &e) == 0);
+    ck_assert_int_eq(reused, 0);
+    ck_assert_int_eq(decoded, 6);
+    ck_assert(kv_sync(&c, SEQ, 10, &reused, &decoded, NULL, &e) == 0);
+    ck_assert_int_eq(reused, 6);
+    ck_assert_int_eq(decoded, 4);
+    fresh_logits(SEQ, 10, want);
+    ck_assert(!memcmp(want, c.logits, sizeof want));
+    int32_t edited[10];
+    memcpy(edited, SEQ, sizeof edited);
+    edited[7] = 300;
+    ck_assert(kv_sync(&c, edited, 9, &reused, &decoded, NULL, &e) == 0);
+    ck_assert_int_eq(reused, 7);
+    ck_assert_int_eq(decoded, 2);
+    ck_assert_int_eq(c.n_past, 9);
+    fresh_logits(edited, 9, want);
+    ck_assert(!memcmp(want, c.logits, sizeof want));
+    ck_assert(kv_sync(&c, edited, 9, &reused, &decoded, NULL, &e) == 0);
+    ck_assert_int_eq(reused, 9);
+    ck_assert_int_eq(decoded, 0);
+    ck_assert(kv_sync(&c, edited, 5, &reused, &decoded, NULL, &e) == 0);
+    ck_assert_int_eq(reused, 4);
+    ck_assert_int_eq(decoded, 1); /* re-evaluate the last */
+    fresh_logits(edited, 5, want);
+    ck_assert(!memcmp(want, c.logits, sizeof want));
+    kv_truncate(&c, 2);
+    ck_assert_int_eq(c.n_past, 2);
+    kv_reset(&c);
+    ck_assert_int_eq(c.n_past, 0);
+    ck_assert_int_eq(kv_common_prefix(&c, SEQ, 3), 0);
+    kv_free(&c);
+}
+END_TEST
+
+START_TEST(test_f16_cache_close)
+{
+    kv_context a, b;
+    lm_err e;
+    ck_assert(kv_init(&a, &model, 32, LM_KV_F32, 2, &e) == 0);
+    ck_assert(kv_init(&b, &model, 32, LM_KV_F16, 2, &e) == 0);
+    ck_assert(kv_eval(&a, SEQ, 12, NULL, NULL, &e) == 0);
+    ck_assert(kv_eval(&b, SEQ, 12, NULL, NULL, &e) == 0);
+    float d = 0;
+    for (int i = 0; i < 512; i++)
+        d = fabsf(a.logits[i] - b.logits[i]) > d ? fabsf(a.logits[i] - b.logits[i]) : d;
+    ck_assert_msg(d > 0 && d < 5e-2, "f16 cache differs by %g", d);
+    kv_free(&a);
+    kv_free(&b);
+}
+END_TEST
+
+TCase *tcase_cache(void)
+{
+    TCase *tc = tcase_create("cache");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_overflow_changes_nothing);
+    tcase_add_test(tc, test_sync_reuses_prefix);
+    tcase_add_test(tc, test_f16_cache_close);
+    return tc;
+}

@@ -1,0 +1,119 @@
+/*
+ * tests/test_cli.c - the command line as a user meets it: tokenize keeps
+ * every byte (no newline stripped), --no-bos and --special do what they
+ * say, bad option values are named, --help and --version exit 0.
+ */
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int kv(char **argv_tail, const char *in, char **out, char **err)
+{
+    char *argv[32] = {(char *)kvchat_bin()};
+    int i = 0;
+    while (argv_tail[i] && i < 30) {
+        argv[i + 1] = argv_tail[i];
+        i++;
+    }
+    argv[i + 1] = NULL;
+    return run_cmd(argv, in, out, err);
+}
+
+START_TEST(test_tokenize_bytes_exactly)
+{
+    char *vocab = shared_path("vocab/ggml-vocab-llama3.gguf"), *out, *out2;
+    char *a[] = {"tokenize", "-m", vocab, "--no-bos", NULL};
+    ck_assert_int_eq(kv(a, "Hello world\n", &out, NULL), 0);
+    ck_assert_int_eq(kv(a, "Hello world", &out2, NULL), 0);
+    ck_assert_str_ne(out, out2); /* the trailing newline is a token */
+    ck_assert_str_eq(out2, "9906 1917\n");
+    free(out), free(out2);
+    char *b[] = {"tokenize", "-m", vocab, NULL};
+    ck_assert_int_eq(kv(b, "Hello world", &out, NULL), 0);
+    ck_assert_str_eq(out, "128000 9906 1917\n");
+    free(out);
+    char *c[] = {"tokenize", "-m", vocab, "--no-bos", "--special", NULL};
+    ck_assert_int_eq(kv(c, "<|eot_id|>", &out, NULL), 0);
+    ck_assert_str_eq(out, "128009\n");
+    free(out);
+    free(vocab);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    char *err;
+    char *a[] = {"complete", "-m", "x.gguf", "-n", "ten", NULL};
+    ck_assert_int_eq(kv(a, NULL, NULL, &err), 2);
+    ck_assert_msg(strstr(err, "invalid value 'ten' for -n"), "%s", err);
+    free(err);
+    char *b[] = {"complete", "--bogus", NULL};
+    ck_assert_int_eq(kv(b, NULL, NULL, &err), 2);
+    ck_assert_msg(strstr(err, "unknown argument '--bogus'"), "%s", err);
+    free(err);
+    char *c[] = {"info", "-m", NULL};
+    ck_assert_int_eq(kv(c, NULL, NULL, &err), 2);
+    ck_assert_msg(strstr(err, "-m needs a value"), "%s", err);
+    free(err);
+    char *d[] = {"complete", "--temp", "nan", NULL};
+    ck_assert_int_eq(kv(d, NULL, NULL, &err), 2);
+    free(err);
+}
+END_TEST
+
+START_TEST(test_help_version)
+{
+    char *out;
+    char *a[] = {"--help", NULL};
+    ck_assert_int_eq(kv(a, NULL, &out, NULL), 0);
+    ck_assert(strstr(out, "usage: kvchat"));
+    free(out);
+    char *b[] = {"logits", "--version", NULL};
+    ck_assert_int_eq(kv(b, NULL, &out, NULL), 0);
+    ck_assert(!strncmp(out, "kvchat ", 7));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_logits_bad_ids)
+{
+    char *mp = shared_path("models/stories260K.gguf"), *ids = tmp_path("bad.ids"), *err;
+    write_file(ids, "1 2 99999", 9);
+    char *a[] = {"logits", "-m", mp, "--ids-file", ids, NULL};
+    ck_assert_int_eq(kv(a, NULL, NULL, &err), 1);
+    ck_assert_msg(strstr(err, "token 3") && strstr(err, "99999"), "%s", err);
+    free(err), free(mp), free(ids);
+}
+END_TEST
+
+/* The official judge, tools/tokcheck.py, on every vocab: the CLI path end to end. */
+START_TEST(test_tokcheck_judge)
+{
+    char *dir = shared_path("vocab"), *judge = shared_path("tools/tokcheck.py");
+    static const char *const names[] = {"llama-spm", "llama3", "qwen2", "gpt-2", "phi-3", "gemma3"};
+    for (int i = 0; i < 6; i++) {
+        char v[512], in[520], out[520];
+        snprintf(v, sizeof v, "%s/ggml-vocab-%s.gguf", dir, names[i]);
+        snprintf(in, sizeof in, "%s.inp", v);
+        snprintf(out, sizeof out, "%s.out", v);
+        char *argv[] = {"/usr/bin/python3", judge, (char *)kvchat_bin(), v, in, out, NULL}, *o, *e;
+        int rc = run_cmd(argv, NULL, &o, &e);
+        ck_assert_msg(rc == 0, "tokcheck %s: %s%s", names[i], o, e);
+        free(o), free(e);
+    }
+    free(dir), free(judge);
+}
+END_TEST
+
+TCase *tcase_cli(void)
+{
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_tokcheck_judge);
+    tcase_add_test(tc, test_tokenize_bytes_exactly);
+    tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_help_version);
+    tcase_add_test(tc, test_logits_bad_ids);
+    return tc;
+}

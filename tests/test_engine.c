@@ -1,0 +1,247 @@
+/*
+ * tests/test_engine.c - the forward pass against llama.cpp's reference data:
+ * logits parity (judged by ../shared/tools/parity.py, the issue's rule),
+ * greedy continuations, the stories260K text, and bitwise determinism
+ * across batch splits and thread counts.
+ */
+#include "util.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reference model directories whose architecture we support, sorted. */
+static int ref_dirs(char ***out)
+{
+    char *base = shared_path("reference");
+    DIR *d = opendir(base);
+    ck_assert_msg(d != NULL, "no %s", base);
+    char **list = NULL;
+    int n = 0;
+    static const char *const prefixes[] = {"llama", "qwen2-", NULL};
+    for (struct dirent *de; (de = readdir(d));) {
+        int ok = 0;
+        for (int i = 0; prefixes[i]; i++)
+            ok |= !strncmp(de->d_name, prefixes[i], strlen(prefixes[i]));
+        if (!ok || !strstr(de->d_name, "-t512-"))
+            continue;
+        list = realloc(list, (size_t)(n + 1) * sizeof *list);
+        size_t l = strlen(base) + strlen(de->d_name) + 2;
+        list[n] = malloc(l);
+        snprintf(list[n++], l, "%s/%s", base, de->d_name);
+    }
+    closedir(d);
+    free(base);
+    *out = list;
+    return n;
+}
+
+static void free_list(char **l, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(l[i]);
+    free(l);
+}
+
+START_TEST(test_parity_judge)
+{
+    char **dirs;
+    int n = ref_dirs(&dirs);
+    ck_assert_int_ge(n, 20);
+    char **argv = calloc((size_t)n + 4, sizeof *argv);
+    char *judge = shared_path("tools/parity.py");
+    argv[0] = "/usr/bin/python3";
+    argv[1] = judge;
+    argv[2] = (char *)kvchat_bin();
+    for (int i = 0; i < n; i++)
+        argv[3 + i] = dirs[i];
+    char *out, *err;
+    int rc = run_cmd(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "parity.py failed (%d):\n%s%s", rc, out, err);
+    free(out);
+    free(err);
+    free(judge);
+    free(argv);
+    free_list(dirs, n);
+}
+END_TEST
+
+static int32_t *read_ids(const char *path, int *n)
+{
+    char *s = slurp(path, NULL);
+    if (!s)
+        return NULL;
+    int32_t *ids = malloc(strlen(s) / 2 * sizeof *ids + 4);
+    *n = 0;
+    for (char *p = s, *end;; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[(*n)++] = (int32_t)v;
+    }
+    free(s);
+    return ids;
+}
+
+static void open_model(lm_model *m, const char *path)
+{
+    lm_err e;
+    ck_assert_msg(lm_model_open(m, path, &e) == 0, "%s", e.msg);
+}
+
+/* Greedy continuation: ids must match until llama.cpp's gap drops below 0.05. */
+static void check_greedy(const char *dir, const char *S)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s.greedy.txt", dir, S);
+    size_t tlen;
+    char *txt = slurp(p, &tlen);
+    if (!txt)
+        return;
+    snprintf(p, sizeof p, "%s/%s.tokens.txt", dir, S);
+    int n;
+    int32_t *ids = read_ids(p, &n), *ref = malloc(32 * sizeof *ref);
+    char *q = txt;
+    for (int i = 0; i < 32; i++)
+        ref[i] = (int32_t)strtol(q, &q, 10);
+    char *g = memmem(txt, tlen, "# top1-top2", 11); /* the text between may hold NULs */
+    ck_assert(g);
+    g = strchr(g, '\n') + 1;
+    lm_model m;
+    snprintf(p, sizeof p, "%s/model.gguf", dir);
+    open_model(&m, p);
+    kv_context c;
+    lm_err e;
+    ck_assert(kv_init(&c, &m, n + 40, LM_KV_F32, 2, &e) == 0);
+    ck_assert_msg(kv_eval(&c, ids, n, NULL, NULL, &e) == 0, "%s", e.msg);
+    for (int step = 0; step < 32; step++) {
+        double gap = strtod(g, &g);
+        if (gap < 0.05)
+            break;
+        int32_t t = lm_argmax(c.logits, m.hp.n_vocab);
+        ck_assert_msg(t == ref[step], "%s %s step %d: %d, llama.cpp %d (gap %g)", dir, S, step, t,
+                      ref[step], gap);
+        ck_assert(kv_eval(&c, &t, 1, NULL, NULL, &e) == 0);
+    }
+    kv_free(&c);
+    lm_model_close(&m);
+    free(ids);
+    free(ref);
+    free(txt);
+}
+
+START_TEST(test_greedy_continuations)
+{
+    char **dirs;
+    int n = ref_dirs(&dirs);
+    for (int i = 0; i < n; i++)
+        for (const char *S = "ABC"; *S; S++) {
+            char s[2] = {*S, 0};
+            check_greedy(dirs[i], s);
+        }
+    free_list(dirs, n);
+}
+END_TEST
+
+/* Logits of ids evaluated in chunks of the given sizes (cycled). */
+static float *eval_split(const lm_model *m, const int32_t *ids, int n, const int *chunks,
+                         int n_chunks, int threads)
+{
+    kv_context c;
+    lm_err e;
+    ck_assert(kv_init(&c, m, n, LM_KV_F32, threads, &e) == 0);
+    size_t nv = (size_t)m->hp.n_vocab;
+    float *out = malloc((size_t)n * nv * sizeof *out);
+    for (int done = 0, k = 0; done < n; k++) {
+        int len = chunks[k % n_chunks];
+        if (len > n - done)
+            len = n - done;
+        ck_assert(kv_eval(&c, ids + done, len, out + (size_t)done * nv, NULL, &e) == 0);
+        done += len;
+    }
+    kv_free(&c);
+    return out;
+}
+
+START_TEST(test_bitwise_determinism)
+{
+    static const char *const models[] = {"llama-t512-Q4_K_M", "llama-t512-F16", "qwen2-t512-Q8_0",
+                                         "llama3rope-t512-Q4_K_M", "llama-t512-Q5_1"};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        char rel[200];
+        snprintf(rel, sizeof rel, "reference/%s/C.tokens.txt", models[k]);
+        char *tp = shared_path(rel);
+        int n;
+        int32_t *ids = read_ids(tp, &n);
+        ck_assert_msg(ids && n == 300, "%s", tp);
+        snprintf(rel, sizeof rel, "reference/%s/model.gguf", models[k]);
+        char *mp = shared_path(rel);
+        lm_model m;
+        open_model(&m, mp);
+        int one[] = {300}, seq[] = {1}, odd[] = {7, 1, 130, 3, 64, 95};
+        float *a = eval_split(&m, ids, n, one, 1, 2);
+        float *b = eval_split(&m, ids, n, seq, 1, 1);
+        float *c = eval_split(&m, ids, n, odd, 6, 3);
+        size_t bytes = (size_t)n * (size_t)m.hp.n_vocab * sizeof(float);
+        ck_assert_msg(!memcmp(a, b, bytes), "%s: batch != sequential", models[k]);
+        ck_assert_msg(!memcmp(a, c, bytes), "%s: batch != odd splits", models[k]);
+        free(a), free(b), free(c), free(ids), free(tp), free(mp);
+        lm_model_close(&m);
+    }
+}
+END_TEST
+
+START_TEST(test_stories_text)
+{
+    char *want = shared_path("reference/stories260K/once.continuation.txt");
+    size_t wl;
+    char *w = slurp(want, &wl);
+    ck_assert(w);
+    static const char *const files[] = {"models/stories260K.gguf", "models/stories260K-f16.gguf"};
+    for (int i = 0; i < 2; i++) {
+        char *mp = shared_path(files[i]), *out;
+        char *argv[] = {(char *)kvchat_bin(), "complete", "-m", mp, "-p", "Once upon a time",
+                        "-n", "128", "--temp", "0", "--echo", NULL};
+        ck_assert_int_eq(run_cmd(argv, NULL, &out, NULL), 0);
+        ck_assert_msg(strlen(out) == wl && !memcmp(out, w, wl), "%s gave:\n%s", files[i], out);
+        free(out);
+        free(mp);
+    }
+    free(w);
+    free(want);
+}
+END_TEST
+
+/* The logits subcommand: batch, --sequential, -t 1 and -t 2 byte-identical. */
+START_TEST(test_cli_logits_identical)
+{
+    char *mp = shared_path("reference/llama-t512-Q6_K/model.gguf");
+    char *ids = shared_path("reference/llama-t512-Q6_K/C.tokens.txt");
+    char *o1 = tmp_path("l1.f32"), *o2 = tmp_path("l2.f32"), *o3 = tmp_path("l3.f32");
+    char *a1[] = {(char *)kvchat_bin(), "logits", "-m", mp, "--ids-file", ids, "-o", o1, "-t", "2", NULL};
+    char *a2[] = {(char *)kvchat_bin(), "logits", "-m", mp, "--ids-file", ids, "-o", o2, "--sequential", NULL};
+    char *a3[] = {(char *)kvchat_bin(), "logits", "-m", mp, "--ids-file", ids, "-o", o3, "-t", "1", NULL};
+    ck_assert_int_eq(run_cmd(a1, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(run_cmd(a2, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(run_cmd(a3, NULL, NULL, NULL), 0);
+    size_t l1, l2, l3;
+    char *b1 = slurp(o1, &l1), *b2 = slurp(o2, &l2), *b3 = slurp(o3, &l3);
+    ck_assert_int_eq((int)l1, 300 * 512 * 4);
+    ck_assert(l1 == l2 && !memcmp(b1, b2, l1));
+    ck_assert(l1 == l3 && !memcmp(b1, b3, l1));
+    free(b1), free(b2), free(b3), free(o1), free(o2), free(o3), free(mp), free(ids);
+}
+END_TEST
+
+TCase *tcase_engine(void)
+{
+    TCase *tc = tcase_create("engine");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_parity_judge);
+    tcase_add_test(tc, test_greedy_continuations);
+    tcase_add_test(tc, test_bitwise_determinism);
+    tcase_add_test(tc, test_stories_text);
+    tcase_add_test(tc, test_cli_logits_identical);
+    return tc;
+}
