@@ -19,7 +19,10 @@ OBJ = $(SRC:%.c=build/native/%.o)
 POBJ = $(SRC:%.c=build/portable/%.o)
 TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 
-.PHONY: all check run bench install clean portable deps test-unit test-tools
+# Debian packages the build and the tests need; `make deps` installs the missing ones.
+DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3
+
+.PHONY: all check run bench install clean portable deps
 
 all: kvchat
 
@@ -42,16 +45,15 @@ build/portable/%.o: %.c
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
-# Everything: the reference-data judges from ../shared, then the Check suite
-# (last, so its summary line closes the output).
-check: kvchat tests/run_tests
+# The whole suite: Check tests, which also run the reference judges of
+# $(SHARED)/tools (parity.py, tokcheck.py) against the binary.
+check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
-	$(PYTHON) $(SHARED)/tools/parity.py ./kvchat $(wildcard $(SHARED)/reference/llama*-t512-*)
-	@for v in $(wildcard $(SHARED)/vocab/*.gguf); do \
-	  $(PYTHON) $(SHARED)/tools/tokcheck.py ./kvchat $$v $$v.inp $$v.out || exit 1; done
+	$(MAKE) --no-print-directory kvchat tests/run_tests
 	KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat ./tests/run_tests
 
-run: kvchat
+run: deps
+	@$(MAKE) --no-print-directory kvchat
 	@if [ -f "$(MODEL)" ]; then \
 	  ./kvchat complete -m "$(MODEL)" -p "Once upon a time" -n 128 --echo; \
 	else echo "No model at $(MODEL): pass MODEL=path/to/model.gguf (models.txt lists known models)"; exit 1; fi
@@ -59,10 +61,15 @@ run: kvchat
 bench: kvchat
 	@echo "make bench: benchmarks arrive with the speed issue; kvchat bench is not built yet"; exit 1
 
-# Debian packages the build and the tests need.
 deps:
-	apt-get update -qq && apt-get install -y -qq gcc make pkg-config check libpcre2-dev \
-	  libreadline-dev python3-numpy
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
 
 install: kvchat
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
