@@ -16,13 +16,16 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 SRC = $(wildcard lm/*.c tok/*.c cache/*.c cli/*.c)
 TEST_SRC = $(wildcard tests/*.c)
 OBJ = $(SRC:%.c=build/native/%.o)
+AOBJ = $(SRC:%.c=build/asan/%.o)
+ATOBJ = $(TEST_SRC:%.c=build/asan/%.o)
+SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 POBJ = $(SRC:%.c=build/portable/%.o)
 TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 
 # Debian packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3
 
-.PHONY: all check run bench install clean portable deps
+.PHONY: all check check-asan run bench install clean portable deps
 
 all: kvchat
 
@@ -41,6 +44,23 @@ build/native/%.o: %.c
 build/portable/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+build/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE) -O1 -g $(SAN) -MMD -MP -c -o $@ $<
+
+kvchat-asan: $(AOBJ) build/asan/main.o
+	$(CC) $(SAN) -o $@ $^ $(LIBS) -lreadline
+
+tests/run_tests-asan: $(AOBJ) $(ATOBJ)
+	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
+
+# The whole suite again, every binary under AddressSanitizer and UBSan.
+check-asan: deps
+	@test -d $(SHARED) || { echo "make check-asan: $(SHARED) (reference data) is missing"; exit 1; }
+	$(MAKE) --no-print-directory kvchat-asan tests/run_tests-asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan
 
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
@@ -77,6 +97,6 @@ install: kvchat
 	if [ -f man/kvchat.1 ]; then install -m 644 man/kvchat.1 $(DESTDIR)$(PREFIX)/share/man/man1/; fi
 
 clean:
-	rm -rf build kvchat kvchat-portable tests/run_tests
+	rm -rf build kvchat kvchat-portable kvchat-asan tests/run_tests tests/run_tests-asan
 
--include $(OBJ:.o=.d) $(POBJ:.o=.d) $(TOBJ:.o=.d)
+-include $(OBJ:.o=.d) $(POBJ:.o=.d) $(TOBJ:.o=.d) $(AOBJ:.o=.d) $(ATOBJ:.o=.d)
