@@ -75,7 +75,7 @@ check: deps
 run: deps
 	@$(MAKE) --no-print-directory kvchat
 	@if [ -f "$(MODEL)" ]; then \
-	  ./kvchat complete -m "$(MODEL)" -p "Once upon a time" -n 128 --echo; \
+	  ./kvchat -m "$(MODEL)"; \
 	else echo "No model at $(MODEL): pass MODEL=path/to/model.gguf (models.txt lists known models)"; exit 1; fi
 
 bench: kvchat

@@ -25,9 +25,11 @@ int cli_error(const char *fmt, ...)
 
 void cli_usage(FILE *f)
 {
-    fputs("usage: kvchat COMMAND -m MODEL [options]\n"
+    fputs("usage: kvchat -m MODEL [options]            chat (terminal, piped stdin, or -f SCRIPT)\n"
+          "       kvchat COMMAND -m MODEL [options]\n"
           "\n"
           "commands:\n"
+          "  (none)      chat: -p TEXT answers one message; -f SCRIPT runs a script\n"
           "  complete    complete a prompt (-p TEXT or -f FILE), no chat template\n"
           "  info        describe a model file\n"
           "  tokenize    print the token ids of a file or of stdin\n"
@@ -36,8 +38,14 @@ void cli_usage(FILE *f)
           "options:\n"
           "  -m, --model FILE        GGUF model file\n"
           "  -p, --prompt TEXT       prompt text\n"
-          "  -f, --file FILE         read the prompt (or the text to tokenize) from FILE\n"
-          "  -n, --n-predict N       tokens to generate (default 128; -1 = until the end)\n"
+          "  -f, --file FILE         chat: a script of messages and commands;\n"
+          "                          complete, tokenize: read the text from FILE\n"
+          "  -n, --n-predict N       tokens to generate per reply (default -1: until the end)\n"
+          "  -sys, --system-prompt TEXT  chat: the system prompt\n"
+          "      --chat-template NAME    chat: use this template family (see kvchat info)\n"
+          "      --no-context-shift  chat: fail instead of dropping the oldest turns when full\n"
+          "      --stats             chat: print a statistics line after every reply\n"
+          "      --json              chat: one JSON object per line on stdout\n"
           "  -c, --ctx-size N        context size (default: the model's, at most 4096)\n"
           "  -t, --threads N         threads (default: physical cores)\n"
           "  -s, --seed N            random seed (default: random)\n"
@@ -102,7 +110,8 @@ static int is(const char *a, const char *s1, const char *s2)
 static const char *const VALUE_OPTS[] = {
     "-m", "--model", "-p", "--prompt", "-f", "--file", "--ids-file", "-o", "--output", "-n",
     "--n-predict", "-c", "--ctx-size", "-t", "--threads", "-s", "--seed", "--temp", "--top-k",
-    "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--kv-type", NULL};
+    "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--kv-type", "-sys",
+    "--system-prompt", "--chat-template", NULL};
 
 static int takes_value(const char *a)
 {
@@ -122,6 +131,8 @@ static int value_opt(cli_opts *o, const char *a, const char *v)
     else if (is(a, "-p", "--prompt")) o->prompt = v;
     else if (is(a, "-f", "--file")) o->prompt_file = v;
     else if (is(a, "--ids-file", NULL)) o->ids_file = v;
+    else if (is(a, "-sys", "--system-prompt")) o->system_prompt = v;
+    else if (is(a, "--chat-template", NULL)) o->chat_template = v;
     else if (is(a, "-o", "--output")) o->out_file = v;
     else if (is(a, "-n", "--n-predict")) return parse_int(a, v, -1, 1 << 30, &o->n_predict) ? -1 : 1;
     else if (is(a, "-c", "--ctx-size")) return parse_int(a, v, 0, 1 << 24, &o->n_ctx) ? -1 : 1;
@@ -150,6 +161,9 @@ static int flag_opt(cli_opts *o, const char *a)
     else if (is(a, "--no-bos", NULL)) o->no_bos = 1;
     else if (is(a, "--special", NULL)) o->special = 1;
     else if (is(a, "--sequential", NULL)) o->sequential = 1;
+    else if (is(a, "--no-context-shift", NULL)) o->no_context_shift = 1;
+    else if (is(a, "--stats", NULL)) o->stats = 1;
+    else if (is(a, "--json", NULL)) o->json = 1;
     else return 0;
     return 1;
 }
@@ -158,7 +172,7 @@ static int flag_opt(cli_opts *o, const char *a)
 int cli_parse(int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->n_predict = 128;
+    o->n_predict = -1;
     lm_sampling_defaults(&o->sampling);
     int i = 1;
     for (int k = 0; argc > 1 && COMMANDS[k]; k++)

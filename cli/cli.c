@@ -80,12 +80,8 @@ int cli_main(int argc, char **argv)
         return EXIT_OK; /* --help or --version */
     if (r)
         return r;
-    if (!o.cmd) {
-        if (o.prompt || o.prompt_file)
-            return cmd_complete(&o);
-        cli_usage(stderr);
-        return EXIT_USAGE;
-    }
+    if (!o.cmd)
+        return cmd_chat(&o);
     if (!strcmp(o.cmd, "info"))
         return cmd_info(&o);
     if (!strcmp(o.cmd, "tokenize"))

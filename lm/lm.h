@@ -191,6 +191,7 @@ typedef struct lm_sampler lm_sampler;
 lm_sampler *lm_sampler_new(const lm_sampling *p, int n_vocab);
 void lm_sampler_free(lm_sampler *s);
 void lm_sampler_reseed(lm_sampler *s, uint64_t seed);
+uint64_t lm_sampler_state(const lm_sampler *s);   /* for carrying the stream over */
 /* recent: the last tokens of the context, for the repeat penalty. */
 int32_t lm_sample(lm_sampler *s, const float *logits, const int32_t *recent, int n_recent);
 int32_t lm_argmax(const float *logits, int n);

@@ -65,6 +65,7 @@ void lm_sampler_free(lm_sampler *s)
 }
 
 void lm_sampler_reseed(lm_sampler *s, uint64_t seed) { s->rng = seed; }
+uint64_t lm_sampler_state(const lm_sampler *s) { return s->rng; }
 
 static uint64_t splitmix64(uint64_t *state)
 {

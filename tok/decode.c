@@ -90,7 +90,7 @@ const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len)
 
 /* Length of the prefix that ends on a character boundary: a lead byte in
  * the last three whose sequence is still short is held back. */
-static size_t complete_prefix(const char *s, size_t n)
+size_t tok_utf8_complete(const char *s, size_t n)
 {
     for (size_t back = 1; back <= 3 && back <= n; back++) {
         uint8_t c = (uint8_t)s[n - back];
@@ -108,7 +108,7 @@ size_t tok_stream_put(tok_stream *s, const char *piece, size_t len, char *out)
     memcpy(out, s->pend, n);
     memcpy(out + n, piece, len);
     n += len;
-    size_t keep = n - complete_prefix(out, n);
+    size_t keep = n - tok_utf8_complete(out, n);
     if (keep > sizeof s->pend)
         keep = 0;
     memcpy(s->pend, out + n - keep, keep);

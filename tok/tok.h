@@ -66,7 +66,36 @@ size_t tok_stream_put(tok_stream *s, const char *piece, size_t len, char *out);
 /* Flushes what is held back (an incomplete character at the end). */
 size_t tok_stream_flush(tok_stream *s, char *out);
 
+/* Length of the prefix of s that does not end inside a UTF-8 character. */
+size_t tok_utf8_complete(const char *s, size_t n);
 /* Length of the longest valid UTF-8 prefix of s (for validating input). */
 size_t tok_utf8_valid_prefix(const char *s, size_t len);
+
+/* ---- chat templates (template.c) ---- */
+
+enum tmpl_family {
+    TMPL_RAW, TMPL_CHATML, TMPL_LLAMA2, TMPL_LLAMA2_SYS, TMPL_LLAMA2_SYS_BOS,
+    TMPL_LLAMA2_SYS_STRIP, TMPL_MISTRAL_V1, TMPL_MISTRAL_V3, TMPL_MISTRAL_V3_TEKKEN,
+    TMPL_MISTRAL_V7, TMPL_MISTRAL_V7_TEKKEN, TMPL_PHI3, TMPL_PHI4, TMPL_FALCON3, TMPL_ZEPHYR,
+    TMPL_MONARCH, TMPL_GEMMA, TMPL_ORION, TMPL_OPENCHAT, TMPL_VICUNA, TMPL_VICUNA_ORCA,
+    TMPL_DEEPSEEK, TMPL_DEEPSEEK2, TMPL_DEEPSEEK3, TMPL_COMMAND_R, TMPL_LLAMA3, TMPL_CHATGLM3,
+    TMPL_CHATGLM4, TMPL_GLMEDGE, TMPL_MINICPM, TMPL_EXAONE3, TMPL_GRANITE, TMPL_MEGREZ,
+    TMPL_LLAMA4, TMPL_COUNT
+};
+
+typedef struct chat_msg {
+    const char *role;      /* "system", "user" or "assistant" */
+    const char *content;
+} chat_msg;
+
+/* The family a template text (or a family name) belongs to, -1 if unknown. */
+int tmpl_detect(const char *tmpl, size_t len);
+int tmpl_from_name(const char *name);
+const char *tmpl_name(int family);
+void tmpl_list(char *buf, size_t size);
+/* The rendered conversation (malloc'ed), with the assistant prompt when add_gen. */
+char *tmpl_render(int family, const chat_msg *msgs, int n, int add_gen, size_t *len);
+/* NULL-terminated texts that end an assistant turn in this family. */
+const char *const *tmpl_stops(int family);
 
 #endif
