@@ -10,8 +10,8 @@ ARCH_FLAGS ?= -march=native
 WARN    = -Wall -Wextra -Werror
 BASE    = -std=c11 -D_GNU_SOURCE -fopenmp $(WARN)
 CFLAGS  ?= -O2 -g
-LIBS    = -lpcre2-8 -lm -fopenmp
-CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -lpthread)
+LIBS    = -lpcre2-8 -lreadline -lm -fopenmp
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -lpthread) -lutil
 
 SRC = $(wildcard lm/*.c tok/*.c cache/*.c cli/*.c)
 TEST_SRC = $(wildcard tests/*.c)
@@ -30,10 +30,10 @@ DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3
 all: kvchat
 
 kvchat: $(OBJ) build/native/main.o
-	$(CC) -o $@ $^ $(LIBS) -lreadline
+	$(CC) -o $@ $^ $(LIBS)
 
 kvchat-portable: $(POBJ) build/portable/main.o
-	$(CC) -o $@ $^ $(LIBS) -lreadline
+	$(CC) -o $@ $^ $(LIBS)
 
 portable: kvchat-portable
 
@@ -50,7 +50,7 @@ build/asan/%.o: %.c
 	$(CC) $(BASE) -O1 -g $(SAN) -MMD -MP -c -o $@ $<
 
 kvchat-asan: $(AOBJ) build/asan/main.o
-	$(CC) $(SAN) -o $@ $^ $(LIBS) -lreadline
+	$(CC) $(SAN) -o $@ $^ $(LIBS)
 
 tests/run_tests-asan: $(AOBJ) $(ATOBJ)
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)

@@ -297,7 +297,10 @@ static int generate(chat *c, reply *r, reply_sink *sink, lm_err *e)
         if (kv_eval(&c->kv, &t, 1, NULL, c->interrupt, e))
             break; /* interrupted, or a bad token: the reply so far stands */
     }
-    if (r->n > r->shown) /* an incomplete character or stop-string prefix at the end */
+    /* a reply cut short never ends inside a UTF-8 character; a stop-string
+       prefix held back is shown now */
+    r->n = tok_utf8_complete(r->s, r->n);
+    if (r->n > r->shown)
         sink->write(sink->ud, r->s + r->shown, r->n - r->shown);
     double ms = now_ms() - t0;
     c->last.generated = g;

@@ -32,15 +32,15 @@ static int fail(char *err, size_t n, const char *fmt, const char *arg)
     return -1;
 }
 
-/* "\n", "\t" and "\\" become the characters; other backslashes stay. */
+/* "\n", "\t", "\r" and "\\" become the characters; other backslashes stay. */
 static char *unescape(const char *s)
 {
     char *out = malloc(strlen(s) + 1), *o = out;
     if (!out)
         return NULL;
     for (; *s; s++) {
-        if (s[0] == '\\' && (s[1] == 'n' || s[1] == 't' || s[1] == '\\')) {
-            *o++ = s[1] == 'n' ? '\n' : s[1] == 't' ? '\t' : '\\';
+        if (s[0] == '\\' && (s[1] == 'n' || s[1] == 't' || s[1] == 'r' || s[1] == '\\')) {
+            *o++ = s[1] == 'n' ? '\n' : s[1] == 't' ? '\t' : s[1] == 'r' ? '\r' : '\\';
             s++;
         } else {
             *o++ = *s;
@@ -140,7 +140,7 @@ static const char HELP[] =
     "/edit N TEXT          replace message N, drop the later ones (a user message gets a new reply)\n"
     "/regen                generate the last reply again\n"
     "/undo                 drop the last user message and its reply\n"
-    "/add ROLE TEXT        append a message without a reply (\\n, \\t, \\\\ escapes)\n"
+    "/add ROLE TEXT        append a message without a reply (\\n, \\t, \\r, \\\\ escapes)\n"
     "/system TEXT          set the system prompt\n"
     "/set [NAME VALUE]     temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, n_predict\n"
     "/stats                toggle the per-turn statistics line\n"

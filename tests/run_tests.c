@@ -17,6 +17,8 @@ int main(void)
     suite_add_tcase(s, tcase_cache());
     suite_add_tcase(s, tcase_engine());
     suite_add_tcase(s, tcase_cli());
+    suite_add_tcase(s, tcase_template());
+    suite_add_tcase(s, tcase_chat());
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -335,3 +335,181 @@ uint8_t *tiny_llama(size_t *len, int tied)
     gm_free(&m);
     return buf;
 }
+
+/* ---- children ---- */
+
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <time.h>
+
+int child_spawn(child *c, char *const argv[], int pty)
+{
+    int in[2], out[2];
+    c->err = -1;
+    if (pty) {
+        int master;
+        struct winsize ws = {40, 120, 0, 0};
+        pid_t pid = forkpty(&master, NULL, NULL, &ws);
+        if (pid == 0) {
+            execv(argv[0], argv);
+            _exit(127);
+        }
+        c->pid = pid;
+        c->in = c->out = master;
+        return pid > 0 ? 0 : -1;
+    }
+    if (pipe(in) || pipe(out))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+        close(in[1]);
+        close(out[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    c->pid = pid;
+    c->in = in[1];
+    c->out = out[0];
+    return pid > 0 ? 0 : -1;
+}
+
+static double ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int child_read_until(child *c, char **buf, size_t *len, const char *needle, int timeout_ms)
+{
+    double end = ms_now() + timeout_ms;
+    if (!*buf) {
+        *buf = calloc(1, 1);
+        *len = 0;
+    }
+    for (;;) {
+        if (needle && strstr(*buf, needle))
+            return 1;
+        double left = end - ms_now();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = {c->out, POLLIN, 0};
+        if (poll(&p, 1, (int)left) <= 0)
+            continue;
+        char tmp[4096];
+        ssize_t r = read(c->out, tmp, sizeof tmp);
+        if (r <= 0)
+            return needle ? strstr(*buf, needle) != NULL : 1;
+        *buf = realloc(*buf, *len + (size_t)r + 1);
+        memcpy(*buf + *len, tmp, (size_t)r);
+        *len += (size_t)r;
+        (*buf)[*len] = 0;
+    }
+}
+
+void child_write(child *c, const char *s)
+{
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = write(c->in, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+int child_wait(child *c)
+{
+    if (c->in != c->out)
+        close(c->in);
+    int status = 0;
+    char *rest = NULL;
+    size_t len;
+    child_read_until(c, &rest, &len, NULL, 20000); /* drain until EOF */
+    free(rest);
+    close(c->out);
+    waitpid(c->pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- a model around a real vocabulary ---- */
+
+/* Copies one metadata entry of a parsed file into the model being built. */
+static void copy_kv(gmodel *m, const gguf_kv *kv)
+{
+    static const size_t sz[GGUF_NTYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    gb_str(&m->kv, kv->key);
+    gb_u32(&m->kv, kv->type);
+    m->n_kv++;
+    if (kv->type == GGUF_STRING) {
+        gb_u64(&m->kv, kv->str_len);
+        gb_put(&m->kv, kv->data, kv->str_len);
+    } else if (kv->type == GGUF_ARRAY) {
+        gb_u32(&m->kv, kv->arr_type);
+        gb_u64(&m->kv, kv->arr_n);
+        size_t bytes = kv->arr_n * sz[kv->arr_type];
+        if (kv->arr_type == GGUF_STRING && kv->arr_n) {
+            uint64_t last;
+            memcpy(&last, kv->data + kv->str_off[kv->arr_n - 1], 8);
+            bytes = kv->str_off[kv->arr_n - 1] + 8 + last;
+        }
+        gb_put(&m->kv, kv->data, bytes);
+    } else {
+        gb_put(&m->kv, kv->data, sz[kv->type]);
+    }
+}
+
+char *model_with_vocab(const char *vocab_rel, const char *name)
+{
+    char *vp = shared_path(vocab_rel);
+    gguf_file g;
+    lm_err e;
+    if (gguf_open(&g, vp, &e)) {
+        free(vp);
+        return NULL;
+    }
+    const gguf_kv *toks = gguf_find(&g, "tokenizer.ggml.tokens");
+    int nv = (int)toks->arr_n, E = 32, FF = 64;
+    gmodel m = {0};
+    uint64_t seed = 7;
+    gm_kv_str(&m, "general.architecture", "llama");
+    gm_kv_u32(&m, "llama.context_length", 2048);
+    gm_kv_u32(&m, "llama.embedding_length", (uint32_t)E);
+    gm_kv_u32(&m, "llama.block_count", 1);
+    gm_kv_u32(&m, "llama.feed_forward_length", (uint32_t)FF);
+    gm_kv_u32(&m, "llama.attention.head_count", 4);
+    gm_kv_u32(&m, "llama.attention.head_count_kv", 2);
+    for (uint64_t i = 0; i < g.n_kv; i++)
+        if (!strncmp(g.kv[i].key, "tokenizer.", 10))
+            copy_kv(&m, &g.kv[i]);
+    gm_tensor(&m, "token_embd.weight", LM_F32, E, nv, rand_f32((size_t)E * nv, &seed), (size_t)4 * E * nv);
+    gm_tensor(&m, "output_norm.weight", LM_F32, E, 1, ones((size_t)E), (size_t)4 * E);
+    static const char *const names[9] = {"blk.0.attn_norm.weight", "blk.0.attn_q.weight",
+        "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+        "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+        "blk.0.ffn_down.weight"};
+    int64_t shape[9][2] = {{E, 1}, {E, E}, {E, E / 2}, {E, E / 2}, {E, E},
+                           {E, 1}, {E, FF}, {E, FF}, {FF, E}};
+    for (int k = 0; k < 9; k++) {
+        size_t n = (size_t)(shape[k][0] * shape[k][1]);
+        gm_tensor(&m, names[k], LM_F32, shape[k][0], shape[k][1],
+                  shape[k][1] == 1 ? ones(n) : rand_f32(n, &seed), 4 * n);
+    }
+    size_t len;
+    uint8_t *buf = gm_build(&m, &len);
+    char *out = tmp_path(name);
+    write_file(out, buf, len);
+    free(buf);
+    gm_free(&m);
+    gguf_close(&g);
+    free(vp);
+    return out;
+}

@@ -25,6 +25,21 @@ int write_file(const char *path, const void *buf, size_t len);
 /* Runs argv (NULL-terminated); captures stdout and stderr; returns the exit code. */
 int run_cmd(char *const argv[], const char *stdin_data, char **out, char **err);
 
+/* A child with pipes to its stdin and stdout (or a pseudo-terminal for both). */
+typedef struct child {
+    int pid, in, out, err;
+} child;
+
+int child_spawn(child *c, char *const argv[], int pty);
+/* Reads from the child's stdout until needle appears or timeout_ms passes;
+ * appends to *buf (malloc'ed, NUL-terminated). Returns 1 if found. */
+int child_read_until(child *c, char **buf, size_t *len, const char *needle, int timeout_ms);
+void child_write(child *c, const char *s);
+int child_wait(child *c);   /* closes the pipes, returns the exit code */
+
+/* A small llama model carrying the tokenizer (and chat template) of a vocab file. */
+char *model_with_vocab(const char *vocab_rel, const char *name);
+
 /* ---- GGUF writer ---- */
 typedef struct gbuf {
     uint8_t *p;
@@ -76,5 +91,7 @@ TCase *tcase_engine(void);
 TCase *tcase_cache(void);
 TCase *tcase_sample(void);
 TCase *tcase_cli(void);
+TCase *tcase_template(void);
+TCase *tcase_chat(void);
 
 #endif
