@@ -90,8 +90,9 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     c->k = alloc_floats(ub * c->k_dim);
     c->v = alloc_floats(ub * c->v_dim);
     c->att = alloc_floats(ub * c->o_dim);
-    c->hb = alloc_floats(ub * hp->n_ff);
-    c->hb2 = alloc_floats(ub * hp->n_ff);
+    size_t qkv = (size_t)c->q_dim + (size_t)c->k_dim + (size_t)c->v_dim;
+    c->hb = alloc_floats(ub * (qkv > (size_t)hp->n_ff ? qkv : (size_t)hp->n_ff)); /* also fused qkv */
+    c->hb2 = alloc_floats(ub * 2 * (size_t)hp->n_ff);                           /* also [gate | up] */
     c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
     c->scores = calloc((size_t)c->n_threads, sizeof *c->scores);
     if (!c->x || !c->xb || !c->proj || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 ||
@@ -165,107 +166,6 @@ void lm_kv_free(lm_kv *kv)
 
 /* ---------------------------------------------------------------- steps */
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
-    double sum = 0.0; /* ggml sums squares in double too */
-    for (int i = 0; i < n; i++)
-        sum += (double)(x[i] * x[i]);
-    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * scale * w[i];
-}
-
-/*
- * Rotates one head in place.  theta follows ggml's recurrence in float
- * (theta_i = pos * base^(-2i/n_rot), by repeated multiplication) so that
- * our rounding matches llama.cpp's, not just its math.
- */
-static void rope_head(float *h, int pos, const lm_model *m)
-{
-    const lm_hparams *hp = &m->hp;
-    const float *ff = m->rope_freqs ? m->rope_freqs->data : NULL;
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    float theta = (float)pos;
-    int half = hp->n_rot / 2;
-    for (int i = 0; i < half; i++, theta *= theta_scale) {
-        float t = hp->rope_freq_scale * (ff ? theta / ff[i] : theta);
-        float cs = cosf(t), sn = sinf(t);
-        int a = m->rope_style == LM_ROPE_NEOX ? i : 2 * i;
-        int b = m->rope_style == LM_ROPE_NEOX ? i + half : 2 * i + 1;
-        float x0 = h[a], x1 = h[b];
-        h[a] = x0 * cs - x1 * sn;
-        h[b] = x0 * sn + x1 * cs;
-    }
-}
-
-static float *kv_row_f32(const lm_kv *kv, void *base, int dim, int il, int pos)
-{
-    return (float *)base + ((size_t)il * kv->n_ctx + pos) * dim;
-}
-
-static uint16_t *kv_row_f16(const lm_kv *kv, void *base, int dim, int il, int pos)
-{
-    return (uint16_t *)base + ((size_t)il * kv->n_ctx + pos) * dim;
-}
-
-static void kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v)
-{
-    if (kv->type == LM_KV_F32) {
-        memcpy(kv_row_f32(kv, kv->k, kv->k_dim, il, pos), k, (size_t)kv->k_dim * 4);
-        memcpy(kv_row_f32(kv, kv->v, kv->v_dim, il, pos), v, (size_t)kv->v_dim * 4);
-        return;
-    }
-    uint16_t *kd = kv_row_f16(kv, kv->k, kv->k_dim, il, pos), *vd = kv_row_f16(kv, kv->v, kv->v_dim, il, pos);
-    for (int i = 0; i < kv->k_dim; i++)
-        kd[i] = lm_f32_to_f16(k[i]);
-    for (int i = 0; i < kv->v_dim; i++)
-        vd[i] = lm_f32_to_f16(v[i]);
-}
-
-/* Reads head kh of cached K or V at pos into out (f32). */
-static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il, int pos, int kh,
-                            float *tmp)
-{
-    if (kv->type == LM_KV_F32)
-        return kv_row_f32(kv, base, dim, il, pos) + (size_t)kh * hd;
-    const uint16_t *s = kv_row_f16(kv, base, dim, il, pos) + (size_t)kh * hd;
-    for (int i = 0; i < hd; i++)
-        tmp[i] = lm_f16_to_f32(s[i]);
-    return tmp;
-}
-
-/* One query head of one token against cache positions [lo, pos]. */
-static void attend_head(const lm_ctx *c, const lm_kv *kv, int il, int pos, int h, const float *q,
-                        float *out, float *scores, float *tmp)
-{
-    const lm_hparams *hp = &c->m->hp;
-    const int hd = hp->head_dim, hdv = hp->head_dim_v, kh = h / (hp->n_head / hp->n_head_kv);
-    const float scale = 1.0f / sqrtf((float)hd);
-    int lo = 0;
-    if (hp->sliding_window > 0 && pos - hp->sliding_window + 1 > 0)
-        lo = pos - hp->sliding_window + 1;
-    float mx = -INFINITY;
-    for (int j = lo; j <= pos; j++) {
-        const float *kj = kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp);
-        scores[j] = lm_dot_f32(q, kj, hd) * scale;
-        if (scores[j] > mx)
-            mx = scores[j];
-    }
-    double sum = 0.0;
-    for (int j = lo; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
-    float inv = (float)(1.0 / sum);
-    memset(out, 0, (size_t)hdv * sizeof *out);
-    for (int j = lo; j <= pos; j++) {
-        const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
-        float w = scores[j] * inv;
-        for (int i = 0; i < hdv; i++)
-            out[i] += w * vj[i];
-    }
-}
-
 static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
 {
     const lm_hparams *hp = &c->m->hp;
@@ -274,9 +174,9 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
     for (int job = 0; job < jobs; job++) {
         int t = job / hp->n_head, h = job % hp->n_head;
         int tid = omp_get_thread_num();
-        attend_head(c, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
-                    c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
-                    c->scratch[tid]);
+        lm_attend_head(c->m, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
+                       c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
+                       c->scratch[tid]);
     }
 }
 
@@ -290,6 +190,64 @@ static void add_bias(float *x, const lm_tensor *b, int n, int dim)
             x[(size_t)t * dim + i] += bd[i];
 }
 
+/* Q, K, V of n tokens from c->xb: separate matrices or one fused [q | k | v]. */
+static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
+{
+    if (!L->wqkv) {
+        lm_matmul(c->q, L->wq, c->xb, n, &c->mm);
+        lm_matmul(c->k, L->wk, c->xb, n, &c->mm);
+        lm_matmul(c->v, L->wv, c->xb, n, &c->mm);
+    } else {
+        int all = c->q_dim + c->k_dim + c->v_dim;
+        lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
+        for (int t = 0; t < n; t++) {
+            const float *r = c->hb + (size_t)t * all;
+            memcpy(c->q + (size_t)t * c->q_dim, r, (size_t)c->q_dim * sizeof *r);
+            memcpy(c->k + (size_t)t * c->k_dim, r + c->q_dim, (size_t)c->k_dim * sizeof *r);
+            memcpy(c->v + (size_t)t * c->v_dim, r + c->q_dim + c->k_dim, (size_t)c->v_dim * sizeof *r);
+        }
+    }
+    add_bias(c->q, L->bq, n, c->q_dim);
+    add_bias(c->k, L->bk, n, c->k_dim);
+    add_bias(c->v, L->bv, n, c->v_dim);
+}
+
+/* Per-head RMSNorm (qwen3, gemma3), RoPE, q scaling, and the cache write. */
+static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
+{
+    const lm_model *m = c->m;
+    const lm_hparams *hp = &m->hp;
+    const int hd = hp->head_dim;
+    for (int t = 0; t < n; t++) {
+        float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->k_dim;
+        if (L->q_norm) {
+            for (int h = 0; h < hp->n_head; h++)
+                lm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm->data, hd, hp->rms_eps);
+            for (int h = 0; h < hp->n_head_kv; h++)
+                lm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm->data, hd, hp->rms_eps);
+        }
+        lm_rope(q, pos0 + t, hp->n_head, hd, m, il, kv->n_ctx);
+        lm_rope(k, pos0 + t, hp->n_head_kv, hd, m, il, kv->n_ctx);
+        if (m->arch->flags & ARCH_Q_PRESCALE)
+            for (int i = 0; i < c->q_dim; i++)
+                q[i] *= hp->attn_scale;
+        lm_kv_store(kv, il, pos0 + t, k, c->v + (size_t)t * c->v_dim);
+    }
+}
+
+/* x += norm(out) or x += out, over n tokens of E features. */
+static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
+{
+    const int E = c->m->hp.n_embd;
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
+        if (post_norm)
+            lm_rmsnorm(o, o, post_norm->data, E, c->m->hp.rms_eps);
+        for (int i = 0; i < E; i++)
+            x[i] += o[i];
+    }
+}
+
 static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
 {
     const lm_model *m = c->m;
@@ -297,24 +255,33 @@ static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
     const lm_layer *L = &m->layers[il];
     const int E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
-    lm_matmul(c->q, L->wq, c->xb, n, &c->mm);
-    lm_matmul(c->k, L->wk, c->xb, n, &c->mm);
-    lm_matmul(c->v, L->wv, c->xb, n, &c->mm);
-    add_bias(c->q, L->bq, n, c->q_dim);
-    add_bias(c->k, L->bk, n, c->k_dim);
-    add_bias(c->v, L->bv, n, c->v_dim);
-    for (int t = 0; t < n; t++) {
-        for (int h = 0; h < hp->n_head; h++)
-            rope_head(c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim, pos0 + t, m);
-        for (int h = 0; h < hp->n_head_kv; h++)
-            rope_head(c->k + (size_t)t * c->k_dim + (size_t)h * hp->head_dim, pos0 + t, m);
-        kv_store(kv, il, pos0 + t, c->k + (size_t)t * c->k_dim, c->v + (size_t)t * c->v_dim);
-    }
+        lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
+    project_qkv(c, L, n);
+    position_qk(c, kv, L, il, n, pos0);
     attention(c, kv, il, n, pos0);
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
-    for (size_t i = 0; i < (size_t)n * E; i++)
-        c->x[i] += c->proj[i];
+    residual(c, c->proj, L->post_attn_norm, n);
+}
+
+/* hb = act(gate) * up, from separate matrices or one fused [gate | up]. */
+static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
+{
+    const lm_model *m = c->m;
+    const int F = m->hp.n_ff, gelu = m->arch->flags & ARCH_GELU;
+    if (L->w_gate) {
+        lm_matmul(c->hb, L->w_gate, c->xb, n, &c->mm);
+        lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm);
+    } else {
+        lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
+        for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */
+            memcpy(c->hb + (size_t)t * F, c->hb2 + (size_t)t * 2 * F, (size_t)F * sizeof(float));
+            memmove(c->hb2 + (size_t)t * F, c->hb2 + (size_t)t * 2 * F + F, (size_t)F * sizeof(float));
+        }
+    }
+    for (size_t i = 0; i < (size_t)n * F; i++) {
+        float g = c->hb[i];
+        c->hb[i] = (gelu ? lm_gelu(m, g) : g / (1.0f + expf(-g))) * c->hb2[i];
+    }
 }
 
 static void ffn_block(lm_ctx *c, int il, int n)
@@ -324,16 +291,10 @@ static void ffn_block(lm_ctx *c, int il, int n)
     const lm_layer *L = &m->layers[il];
     const int E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
-    lm_matmul(c->hb, L->w_gate, c->xb, n, &c->mm);
-    lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm);
-    for (size_t i = 0; i < (size_t)n * hp->n_ff; i++) {
-        float g = c->hb[i];
-        c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
-    }
+        lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
+    gated_ffn(c, L, n);
     lm_matmul(c->proj, L->w_down, c->hb, n, &c->mm);
-    for (size_t i = 0; i < (size_t)n * E; i++)
-        c->x[i] += c->proj[i];
+    residual(c, c->proj, L->post_ffn_norm, n);
 }
 
 static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
@@ -356,14 +317,18 @@ static int embed(lm_ctx *c, const int32_t *tokens, int n, lm_err *e)
 {
     const lm_model *m = c->m;
     const lm_tensor *te = m->tok_embd;
+    const int E = m->hp.n_embd;
     size_t rb = lm_row_bytes(te->type, te->ne[0]);
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab) {
             lm_seterr(e, "token id %d is out of range (vocabulary of %d)", tokens[t], m->hp.n_vocab);
             return -1;
         }
-        lm_dequant_row(te->type, (const uint8_t *)te->data + (size_t)tokens[t] * rb,
-                       c->x + (size_t)t * m->hp.n_embd, te->ne[0]);
+        float *x = c->x + (size_t)t * E;
+        lm_dequant_row(te->type, (const uint8_t *)te->data + (size_t)tokens[t] * rb, x, te->ne[0]);
+        if (m->arch->flags & ARCH_EMBD_SCALE)
+            for (int i = 0; i < E; i++)
+                x[i] *= sqrtf((float)E);
     }
     return 0;
 }
@@ -374,9 +339,13 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
     const lm_model *m = c->m;
     const int E = m->hp.n_embd;
     for (int t = first; t < n; t++)
-        rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm->data, E,
-                m->hp.rms_eps);
+        lm_rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm->data, E,
+                   m->hp.rms_eps);
     lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
+    float cap = m->hp.final_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < (size_t)(n - first) * (size_t)m->hp.n_vocab; i++)
+            logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0,

@@ -8,13 +8,26 @@
 #include "lm.h"
 
 enum arch_flags {
-    ARCH_QKV_BIAS = 1 << 0, /* attn_q/k/v have biases */
+    ARCH_QKV_BIAS = 1 << 0,      /* attn_q/k/v have biases (qwen2) */
+    ARCH_QK_NORM = 1 << 1,       /* per-head RMSNorm of q and k before RoPE */
+    ARCH_FUSED_QKV = 1 << 2,     /* attn_qkv holds [q | k | v] (phi3) */
+    ARCH_FUSED_GATE_UP = 1 << 3, /* ffn_up holds [gate | up] (phi3) */
+    ARCH_EMBD_SCALE = 1 << 4,    /* embeddings times sqrt(n_embd) (gemma) */
+    ARCH_POST_NORMS = 1 << 5,    /* RMSNorm after attention and after the FFN */
+    ARCH_GELU = 1 << 6,          /* GELU-tanh gate instead of SiLU */
+    ARCH_Q_PRESCALE = 1 << 7,    /* q is scaled before q.k, not the scores */
+    ARCH_SOFTCAP = 1 << 8,       /* attention and final logit soft-capping */
+    ARCH_ROPE_FACTORS = 1 << 9,  /* LongRoPE rope_factors_long/short */
+    ARCH_NO_SWA = 1 << 10,       /* sliding_window metadata is ignored (as llama.cpp) */
 };
 
 typedef struct lm_arch {
     const char *name;
     int rope_style;
     unsigned flags;
+    int swa_pattern;             /* 0: every layer when a window is set */
+    float rope_base_swa;         /* 0: the global base */
+    int big_n_layer;             /* that many layers: q scaled by 1/sqrt(n_embd/n_head) */
 } lm_arch;
 
 /* A weight row decoded for integer dot products (qdot.c). */
@@ -44,6 +57,16 @@ typedef struct mm_scratch {
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);
 void mm_scratch_free(mm_scratch *s);
+
+/* ---- attention.c ---- */
+void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
+void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
+/* One query head at pos against the cache of layer il; scores: n_ctx floats, tmp: head_dim. */
+void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
+                    float *out, float *scores, float *tmp);
+float lm_gelu(const lm_model *m, float x);
+int lm_gelu_table_init(lm_model *m);
 
 /* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);

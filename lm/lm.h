@@ -114,13 +114,20 @@ enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };
 typedef struct lm_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
     int head_dim, head_dim_v, n_rot;
-    float rms_eps, rope_base, rope_freq_scale;
-    int sliding_window;
+    float rms_eps;
+    float rope_base, rope_freq_scale, rope_attn_factor;
+    float rope_base_swa, rope_freq_scale_swa;   /* sliding-window layers */
+    int n_ctx_orig;          /* rope.scaling.original_context_length (LongRoPE) */
+    int sliding_window;      /* 0: none */
+    int swa_pattern;         /* layer il slides when il % p < p - 1; 1: every layer */
+    float attn_scale;        /* multiplies q.k (or q itself, see ARCH_Q_PRESCALE) */
+    float attn_softcap, final_softcap;          /* 0: off */
 } lm_hparams;
 
 typedef struct lm_layer {
-    const lm_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv;
-    const lm_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    const lm_tensor *attn_norm, *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv;
+    const lm_tensor *q_norm, *k_norm, *post_attn_norm;
+    const lm_tensor *ffn_norm, *w_gate, *w_up, *w_down, *post_ffn_norm;
 } lm_layer;
 
 struct lm_arch;
@@ -131,13 +138,18 @@ typedef struct lm_model {
     lm_hparams hp;
     int rope_style;
     lm_tensor *tensors;      /* one per GGUF tensor, same order */
-    const lm_tensor *tok_embd, *output_norm, *output, *rope_freqs;
+    const lm_tensor *tok_embd, *output_norm, *output, *rope_freqs, *rope_long, *rope_short;
     lm_layer *layers;
+    float *gelu_table;       /* ggml's f16 GELU table, for archs that use GELU */
 } lm_model;
 
 int lm_model_open(lm_model *m, const char *path, lm_err *e);
 void lm_model_close(lm_model *m);
 const char *lm_arch_name(const lm_model *m);
+/* The architecture's features, comma separated (for kvchat info). */
+void lm_arch_features(const lm_model *m, char *buf, size_t size);
+/* Whether layer il attends through the sliding window. */
+int lm_layer_swa(const lm_model *m, int il);
 /* Writes the comma-separated list of architecture names into buf. */
 void lm_supported_archs(char *buf, size_t size);
 /* Bytes of K and V per token for a cache of the given element size. */

@@ -9,14 +9,55 @@
 #include "lm.h"
 #include "internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const lm_arch ARCHS[] = {
-    {"llama", LM_ROPE_NORM, 0},
-    {"qwen2", LM_ROPE_NEOX, ARCH_QKV_BIAS},
+    /* name     rope          features                                    swa  base_swa big */
+    {"llama", LM_ROPE_NORM, 0, 0, 0, 0},
+    {"qwen2", LM_ROPE_NEOX, ARCH_QKV_BIAS, 0, 0, 0},
+    {"qwen3", LM_ROPE_NEOX, ARCH_QK_NORM, 0, 0, 0},
+    {"phi3", LM_ROPE_NEOX, ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP | ARCH_Q_PRESCALE |
+                               ARCH_ROPE_FACTORS | ARCH_NO_SWA, 0, 0, 0},
+    {"gemma", LM_ROPE_NEOX, ARCH_EMBD_SCALE | ARCH_GELU | ARCH_Q_PRESCALE, 0, 0, 0},
+    {"gemma2", LM_ROPE_NEOX, ARCH_EMBD_SCALE | ARCH_POST_NORMS | ARCH_GELU | ARCH_Q_PRESCALE |
+                                 ARCH_SOFTCAP, 2, 0, 46},
+    {"gemma3", LM_ROPE_NEOX, ARCH_EMBD_SCALE | ARCH_POST_NORMS | ARCH_GELU | ARCH_Q_PRESCALE |
+                                 ARCH_QK_NORM | ARCH_SOFTCAP, 6, 10000.0f, 62},
 };
+
+static const char *const FEATURES[] = {
+    "qkv-bias", "qk-norm", "fused-qkv", "fused-gate-up", "embedding-scale", "post-norms",
+    "gelu", "q-prescale", "softcap", "longrope", "swa-ignored",
+};
+
+void lm_arch_features(const lm_model *m, char *buf, size_t size)
+{
+    size_t off = (size_t)snprintf(buf, size, "rope=%s", m->rope_style == LM_ROPE_NEOX ? "neox" : "norm");
+    unsigned shown = m->arch->flags & ~(unsigned)(ARCH_SOFTCAP | ARCH_ROPE_FACTORS);
+    for (size_t i = 0; i < sizeof FEATURES / sizeof FEATURES[0] && off < size; i++)
+        if (shown & (1u << i))
+            off += (size_t)snprintf(buf + off, size - off, ", %s", FEATURES[i]);
+    if (m->hp.attn_softcap > 0 && off < size)
+        off += (size_t)snprintf(buf + off, size - off, ", attn-softcap=%g", m->hp.attn_softcap);
+    if (m->hp.final_softcap > 0 && off < size)
+        off += (size_t)snprintf(buf + off, size - off, ", final-softcap=%g", m->hp.final_softcap);
+    if (m->rope_long && m->rope_short && off < size)
+        off += (size_t)snprintf(buf + off, size - off, ", longrope (original context %d)", m->hp.n_ctx_orig);
+    if (m->hp.sliding_window && off < size)
+        off += (size_t)snprintf(buf + off, size - off, ", sliding-window=%d (pattern %d)",
+                                m->hp.sliding_window, m->hp.swa_pattern);
+    if (m->rope_freqs && off < size)
+        snprintf(buf + off, size - off, ", rope-freqs");
+}
+
+int lm_layer_swa(const lm_model *m, int il)
+{
+    int p = m->hp.swa_pattern;
+    return m->hp.sliding_window > 0 && (p <= 1 || il % p < p - 1);
+}
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
 void lm_supported_archs(char *buf, size_t size)
@@ -93,9 +134,44 @@ static int read_rope_scaling(lm_model *m, lm_err *e)
         m->hp.rope_freq_scale = 1.0f / factor;
         return 0;
     }
+    if (len == 8 && !memcmp(s, "longrope", 8))
+        return 0; /* the factors come as tensors */
     lm_seterr(e, "%s: rope scaling type '%.*s' is not supported (none, linear are)", m->gguf.path,
               (int)len, s);
     return -1;
+}
+
+/* Sliding window, soft-capping, attention scale and LongRoPE settings. */
+static int read_arch_hparams(lm_model *m, lm_err *e)
+{
+    lm_hparams *hp = &m->hp;
+    const lm_arch *a = m->arch;
+    hp->rope_attn_factor = 1.0f;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if (hp_f32(m, "rope.scaling.attn_factor", &hp->rope_attn_factor, e) ||
+        hp_u32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig, 0, e))
+        return -1;
+    if (!(a->flags & ARCH_NO_SWA) && hp_u32(m, "attention.sliding_window", &hp->sliding_window, 0, e))
+        return -1;
+    hp->swa_pattern = a->swa_pattern;
+    hp->rope_base_swa = a->rope_base_swa > 0 ? a->rope_base_swa : hp->rope_base;
+    hp->rope_freq_scale_swa = a->rope_base_swa > 0 ? 1.0f : hp->rope_freq_scale;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (a->big_n_layer && hp->n_layer == a->big_n_layer) /* Gemma 27B: query_pre_attn_scalar */
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    if (a->flags & ARCH_SOFTCAP) { /* gemma2 caps attention too; gemma3 only the logits, if set */
+        int gemma2 = !strcmp(a->name, "gemma2");
+        if (gemma2)
+            hp->attn_softcap = 50.0f, hp->final_softcap = 30.0f;
+        if ((gemma2 && hp_f32(m, "attn_logit_softcapping", &hp->attn_softcap, e)) ||
+            hp_f32(m, "final_logit_softcapping", &hp->final_softcap, e))
+            return -1;
+    }
+    if (hp->attn_softcap < 0 || hp->final_softcap < 0 || !(hp->rope_attn_factor > 0)) {
+        lm_seterr(e, "%s: bad soft-capping or rope attention factor", m->gguf.path);
+        return -1;
+    }
+    return 0;
 }
 
 static int read_hparams(lm_model *m, lm_err *e)
@@ -152,9 +228,9 @@ static int read_hparams(lm_model *m, lm_err *e)
                   hp->rope_base);
         return -1;
     }
-    if (hp_u32(m, "attention.sliding_window", &hp->sliding_window, 0, e))
+    if (read_rope_scaling(m, e) || read_arch_hparams(m, e))
         return -1;
-    return read_rope_scaling(m, e);
+    return 0;
 }
 
 /* Finds a tensor, checks its shape (ne1 = 0: one-dimensional) and type. */
@@ -208,28 +284,59 @@ static const lm_tensor *bind_optional(lm_model *m, const char *name, int64_t ne0
     return t;
 }
 
-static int bind_layer(lm_model *m, int il, lm_err *e)
+static int bind_attention(lm_model *m, int il, lm_err *e)
 {
     const lm_hparams *hp = &m->hp;
+    const unsigned f = m->arch->flags;
     lm_layer *L = &m->layers[il];
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, k_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t v_dim = (int64_t)hp->n_head_kv * hp->head_dim_v, o_dim = (int64_t)hp->n_head * hp->head_dim_v;
     char n[96];
+    int err = 0;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
-    BIND(L->attn_norm, NAME("attn_norm.weight"), hp->n_embd, 0);
-    BIND(L->wq, NAME("attn_q.weight"), hp->n_embd, q_dim);
-    BIND(L->wk, NAME("attn_k.weight"), hp->n_embd, k_dim);
-    BIND(L->wv, NAME("attn_v.weight"), hp->n_embd, v_dim);
+    if (f & ARCH_FUSED_QKV)
+        L->wqkv = bind_optional(m, NAME("attn_qkv.weight"), hp->n_embd, q_dim + k_dim + v_dim, &err, e);
+    if (err)
+        return -1;
+    if (!L->wqkv) {
+        BIND(L->wq, NAME("attn_q.weight"), hp->n_embd, q_dim);
+        BIND(L->wk, NAME("attn_k.weight"), hp->n_embd, k_dim);
+        BIND(L->wv, NAME("attn_v.weight"), hp->n_embd, v_dim);
+    }
     BIND(L->wo, NAME("attn_output.weight"), o_dim, hp->n_embd);
-    if (m->arch->flags & ARCH_QKV_BIAS) {
+    if (f & ARCH_QKV_BIAS) {
         BIND(L->bq, NAME("attn_q.bias"), q_dim, 0);
         BIND(L->bk, NAME("attn_k.bias"), k_dim, 0);
         BIND(L->bv, NAME("attn_v.bias"), v_dim, 0);
     }
+    if (f & ARCH_QK_NORM) {
+        BIND(L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, 0);
+        BIND(L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, 0);
+    }
+    if (f & ARCH_POST_NORMS)
+        BIND(L->post_attn_norm, NAME("post_attention_norm.weight"), hp->n_embd, 0);
+    return 0;
+}
+
+static int bind_layer(lm_model *m, int il, lm_err *e)
+{
+    const lm_hparams *hp = &m->hp;
+    const unsigned f = m->arch->flags;
+    lm_layer *L = &m->layers[il];
+    char n[96];
+    BIND(L->attn_norm, NAME("attn_norm.weight"), hp->n_embd, 0);
+    if (bind_attention(m, il, e))
+        return -1;
     BIND(L->ffn_norm, NAME("ffn_norm.weight"), hp->n_embd, 0);
-    BIND(L->w_gate, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff);
-    BIND(L->w_up, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff);
+    if (f & ARCH_FUSED_GATE_UP) {
+        BIND(L->w_up, NAME("ffn_up.weight"), hp->n_embd, 2 * (int64_t)hp->n_ff);
+    } else {
+        BIND(L->w_gate, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff);
+        BIND(L->w_up, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff);
+    }
     BIND(L->w_down, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd);
+    if (f & ARCH_POST_NORMS)
+        BIND(L->post_ffn_norm, NAME("post_ffw_norm.weight"), hp->n_embd, 0);
 #undef NAME
     return 0;
 }
@@ -260,6 +367,10 @@ static int bind_tensors(lm_model *m, lm_err *e)
     int err = 0;
     m->output = bind_optional(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, &err, e);
     m->rope_freqs = bind_optional(m, "rope_freqs.weight", m->hp.n_rot / 2, 0, &err, e);
+    if (m->arch->flags & ARCH_ROPE_FACTORS) {
+        m->rope_long = bind_optional(m, "rope_factors_long.weight", m->hp.n_rot / 2, 0, &err, e);
+        m->rope_short = bind_optional(m, "rope_factors_short.weight", m->hp.n_rot / 2, 0, &err, e);
+    }
     if (err)
         return -1;
     if (!m->output)
@@ -294,6 +405,10 @@ int lm_model_open(lm_model *m, const char *path, lm_err *e)
     m->rope_style = m->arch->rope_style;
     if (read_hparams(m, e) || bind_tensors(m, e))
         goto fail;
+    if ((m->arch->flags & ARCH_GELU) && lm_gelu_table_init(m)) {
+        lm_seterr(e, "%s: out of memory", path);
+        goto fail;
+    }
     return 0;
 fail:
     lm_model_close(m);
@@ -302,6 +417,7 @@ fail:
 
 void lm_model_close(lm_model *m)
 {
+    free(m->gelu_table);
     free(m->tensors);
     free(m->layers);
     gguf_close(&m->gguf);

@@ -1,0 +1,159 @@
+/*
+ * lm/attention.c - the per-token pieces of a layer: RMSNorm, rotary
+ * position embeddings (NORM and NEOX pairing, per-layer bases, Llama-3
+ * and LongRoPE frequency factors), the KV cache rows, and causal attention
+ * of one query head over the cache with an optional sliding window and
+ * soft-capping.  Each function reads one token's data and the cache only,
+ * which is what keeps batched and sequential evaluation bitwise equal.
+ * Also ggml's F16 GELU table, so GELU models round as llama.cpp does.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double sum = 0.0; /* ggml sums squares in double too */
+    for (int i = 0; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+/* The frequency divisors of layer il: Llama-3 rope_freqs or LongRoPE factors. */
+static const float *rope_factors(const lm_model *m, int n_ctx)
+{
+    if (m->rope_freqs)
+        return m->rope_freqs->data;
+    if (m->rope_long && m->rope_short)
+        return n_ctx > m->hp.n_ctx_orig ? m->rope_long->data : m->rope_short->data;
+    return NULL;
+}
+
+/*
+ * Rotates n_heads heads in place.  theta follows ggml's recurrence in float
+ * (theta_i = pos * base^(-2i/n_rot) by repeated multiplication) so that our
+ * rounding matches llama.cpp's, not just its math.
+ */
+void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx)
+{
+    const lm_hparams *hp = &m->hp;
+    int swa = lm_layer_swa(m, il);
+    float base = swa ? hp->rope_base_swa : hp->rope_base;
+    float scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+    const float *ff = rope_factors(m, n_ctx);
+    const float theta_scale = powf(base, -2.0f / (float)hp->n_rot), mscale = hp->rope_attn_factor;
+    const int half = hp->n_rot / 2, neox = m->rope_style == LM_ROPE_NEOX;
+    float theta = (float)pos;
+    for (int i = 0; i < half; i++, theta *= theta_scale) {
+        float t = scale * (ff ? theta / ff[i] : theta);
+        float cs = cosf(t) * mscale, sn = sinf(t) * mscale;
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        for (int hh = 0; hh < n_heads; hh++) {
+            float *x = h + (size_t)hh * head_dim;
+            float x0 = x[a], x1 = x[b];
+            x[a] = x0 * cs - x1 * sn;
+            x[b] = x0 * sn + x1 * cs;
+        }
+    }
+}
+
+static float *row_f32(const lm_kv *kv, void *base, int dim, int il, int pos)
+{
+    return (float *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+}
+
+static uint16_t *row_f16(const lm_kv *kv, void *base, int dim, int il, int pos)
+{
+    return (uint16_t *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+}
+
+void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v)
+{
+    if (kv->type == LM_KV_F32) {
+        memcpy(row_f32(kv, kv->k, kv->k_dim, il, pos), k, (size_t)kv->k_dim * 4);
+        memcpy(row_f32(kv, kv->v, kv->v_dim, il, pos), v, (size_t)kv->v_dim * 4);
+        return;
+    }
+    uint16_t *kd = row_f16(kv, kv->k, kv->k_dim, il, pos), *vd = row_f16(kv, kv->v, kv->v_dim, il, pos);
+    for (int i = 0; i < kv->k_dim; i++)
+        kd[i] = lm_f32_to_f16(k[i]);
+    for (int i = 0; i < kv->v_dim; i++)
+        vd[i] = lm_f32_to_f16(v[i]);
+}
+
+/* Head kh of cached K or V at pos, as f32. */
+static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il, int pos, int kh,
+                            float *tmp)
+{
+    if (kv->type == LM_KV_F32)
+        return row_f32(kv, base, dim, il, pos) + (size_t)kh * hd;
+    const uint16_t *s = row_f16(kv, base, dim, il, pos) + (size_t)kh * hd;
+    for (int i = 0; i < hd; i++)
+        tmp[i] = lm_f16_to_f32(s[i]);
+    return tmp;
+}
+
+void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
+                    float *out, float *scores, float *tmp)
+{
+    const lm_hparams *hp = &m->hp;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, kh = h / (hp->n_head / hp->n_head_kv);
+    const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
+    const float cap = hp->attn_softcap;
+    int lo = 0;
+    if (lm_layer_swa(m, il) && pos - hp->sliding_window + 1 > 0)
+        lo = pos - hp->sliding_window + 1;
+    float mx = -INFINITY;
+    for (int j = lo; j <= pos; j++) {
+        float s = lm_dot_f32(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd) * scale;
+        if (cap > 0)
+            s = cap * tanhf(s / cap);
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (int j = lo; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float inv = (float)(1.0 / sum);
+    memset(out, 0, (size_t)hdv * sizeof *out);
+    for (int j = lo; j <= pos; j++) {
+        const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
+        float w = scores[j] * inv;
+        for (int i = 0; i < hdv; i++)
+            out[i] += w * vj[i];
+    }
+}
+
+/* ---- GELU ---- */
+
+static float gelu_exact(float x)
+{
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+}
+
+/* ggml evaluates GELU as f16(gelu(f16(x))) through a 64K table. */
+int lm_gelu_table_init(lm_model *m)
+{
+    m->gelu_table = malloc(65536 * sizeof *m->gelu_table);
+    if (!m->gelu_table)
+        return -1;
+    for (uint32_t i = 0; i < 65536; i++)
+        m->gelu_table[i] = lm_f16_to_f32(lm_f32_to_f16(gelu_exact(lm_f16_to_f32((uint16_t)i))));
+    return 0;
+}
+
+float lm_gelu(const lm_model *m, float x)
+{
+    if (x <= -10.0f)
+        return 0.0f;
+    if (x >= 10.0f)
+        return x;
+    return m->gelu_table[lm_f32_to_f16(x)];
+}
