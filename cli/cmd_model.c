@@ -34,7 +34,9 @@ int cmd_info(const cli_opts *o)
     int has_tmpl = gguf_get_str(&m.gguf, "tokenizer.chat_template", &tmpl, &tlen, &e) == 1;
     printf("file: %s\nfile size: %zu bytes\nGGUF version: %u\n", o->model, m.gguf.size,
            m.gguf.version);
-    printf("architecture: %s\n", lm_arch_name(&m));
+    char features[512], tmpl_family[64] = "none";
+    lm_arch_features(&m, features, sizeof features);
+    printf("architecture: %s (%s)\n", lm_arch_name(&m), features);
     printf("context length: %d\nembedding length: %d\nlayers: %d\n", hp->n_ctx_train, hp->n_embd,
            hp->n_layer);
     printf("heads: %d\nkv heads: %d\nhead dim: %d\nfeed forward: %d\n", hp->n_head, hp->n_head_kv,
@@ -48,7 +50,11 @@ int cmd_info(const cli_opts *o)
     print_tensor_types(&m);
     printf("KV bytes per token: %zu (f32), %zu (f16)\n", lm_kv_bytes_per_token(&m, 4),
            lm_kv_bytes_per_token(&m, 2));
-    printf("chat template: %s\n", has_tmpl ? "present" : "none");
+    if (has_tmpl) {
+        int f = tmpl_detect(tmpl, tlen);
+        snprintf(tmpl_family, sizeof tmpl_family, "%s", f >= 0 ? tmpl_name(f) : "present, not recognised (chatml is used)");
+    }
+    printf("chat template: %s\n", tmpl_family);
     tok_free(v);
     lm_model_close(&m);
     return EXIT_OK;
