@@ -19,7 +19,7 @@ static int ref_dirs(char ***out)
     ck_assert_msg(d != NULL, "no %s", base);
     char **list = NULL;
     int n = 0;
-    static const char *const prefixes[] = {"llama", "qwen2-", NULL};
+    static const char *const prefixes[] = {"llama", "qwen2-", "qwen3-", "phi3", "gemma2-", "gemma3-", NULL};
     for (struct dirent *de; (de = readdir(d));) {
         int ok = 0;
         for (int i = 0; prefixes[i]; i++)
@@ -48,7 +48,7 @@ START_TEST(test_parity_judge)
 {
     char **dirs;
     int n = ref_dirs(&dirs);
-    ck_assert_int_ge(n, 20);
+    ck_assert_int_ge(n, 45);
     char **argv = calloc((size_t)n + 4, sizeof *argv);
     char *judge = shared_path("tools/parity.py");
     argv[0] = "/usr/bin/python3";
@@ -90,7 +90,46 @@ static void open_model(lm_model *m, const char *path)
     ck_assert_msg(lm_model_open(m, path, &e) == 0, "%s", e.msg);
 }
 
-/* Greedy continuation: ids must match until llama.cpp's gap drops below 0.05. */
+static float max_abs_diff(const char *a_path, const char *b_path)
+{
+    size_t la, lb;
+    char *a = slurp(a_path, &la), *b = slurp(b_path, &lb);
+    float d = 0;
+    for (size_t i = 0; a && b && i + 4 <= la && i + 4 <= lb; i += 4) {
+        float x, y;
+        memcpy(&x, a + i, 4), memcpy(&y, b + i, 4);
+        d = fabsf(x - y) > d ? fabsf(x - y) : d;
+    }
+    free(a), free(b);
+    return d;
+}
+
+/*
+ * The smallest top1-top2 gap at which a greedy step must agree: 0.05 when
+ * the continuation is llama.cpp's own; when it comes from exact float64
+ * math (info.json "reference"), twice llama.cpp's deviation from that math,
+ * since an engine rounding activations like llama.cpp may go either way below.
+ */
+static double greedy_gap(const char *dir)
+{
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/info.json", dir);
+    char *info = slurp(p, NULL);
+    int exact_ref = info && strstr(info, "\"reference\"") && strstr(info, "float64");
+    free(info);
+    if (!exact_ref)
+        return 0.05;
+    float noise = 0;
+    for (const char *S = "ABC"; *S; S++) {
+        snprintf(p, sizeof p, "%s/%c.logits", dir, *S);
+        snprintf(q, sizeof q, "%s/%c.exact.logits", dir, *S);
+        float d = max_abs_diff(p, q);
+        noise = d > noise ? d : noise;
+    }
+    return 2 * noise > 0.05 ? 2 * noise : 0.05;
+}
+
+/* Greedy continuation: ids must match until the reference's gap drops below the limit. */
 static void check_greedy(const char *dir, const char *S)
 {
     char p[600];
@@ -115,9 +154,10 @@ static void check_greedy(const char *dir, const char *S)
     lm_err e;
     ck_assert(kv_init(&c, &m, n + 40, LM_KV_F32, 2, &e) == 0);
     ck_assert_msg(kv_eval(&c, ids, n, NULL, NULL, &e) == 0, "%s", e.msg);
+    double min_gap = greedy_gap(dir);
     for (int step = 0; step < 32; step++) {
         double gap = strtod(g, &g);
-        if (gap < 0.05)
+        if (gap < min_gap)
             break;
         int32_t t = lm_argmax(c.logits, m.hp.n_vocab);
         ck_assert_msg(t == ref[step], "%s %s step %d: %d, llama.cpp %d (gap %g)", dir, S, step, t,
@@ -167,7 +207,8 @@ static float *eval_split(const lm_model *m, const int32_t *ids, int n, const int
 START_TEST(test_bitwise_determinism)
 {
     static const char *const models[] = {"llama-t512-Q4_K_M", "llama-t512-F16", "qwen2-t512-Q8_0",
-                                         "llama3rope-t512-Q4_K_M", "llama-t512-Q5_1"};
+                                         "llama3rope-t512-Q4_K_M", "llama-t512-Q5_1", "qwen3-t512-Q6_K",
+                                         "phi3-t512-Q4_0", "gemma2-t512-Q8_0", "gemma3-t512-Q4_K_M"};
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         char rel[200];
         snprintf(rel, sizeof rel, "reference/%s/C.tokens.txt", models[k]);
