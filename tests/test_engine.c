@@ -275,6 +275,37 @@ START_TEST(test_cli_logits_identical)
 }
 END_TEST
 
+/*
+ * Mistral-style window W on a 2-layer llama: position p sees at most
+ * 2(W-1) positions back, so changing token 0 leaves the logits of later
+ * positions bitwise unchanged, and changes them without the window.
+ */
+START_TEST(test_sliding_window)
+{
+    const int W = 4, N = 12;
+    int32_t a[12] = {1, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140}, b[12];
+    memcpy(b, a, sizeof a);
+    b[0] = 200;
+    for (int window = 0; window <= W; window += W) {
+        size_t len;
+        uint8_t *buf = tiny_llama_swa(&len, 0, window);
+        char *p = tmp_path("swa.gguf");
+        write_file(p, buf, len);
+        lm_model m;
+        open_model(&m, p);
+        ck_assert_int_eq(lm_layer_swa(&m, 1), window > 0);
+        int one[] = {N};
+        float *la = eval_split(&m, a, N, one, 1, 1), *lb = eval_split(&m, b, N, one, 1, 1);
+        size_t row = (size_t)m.hp.n_vocab, far = (size_t)(2 * (W - 1) + 1);
+        int same = !memcmp(la + far * row, lb + far * row, (N - far) * row * sizeof(float));
+        ck_assert_msg(same == (window > 0), "window %d: far positions %s", window,
+                      same ? "unchanged" : "changed");
+        free(la), free(lb), free(buf), free(p);
+        lm_model_close(&m);
+    }
+}
+END_TEST
+
 TCase *tcase_engine(void)
 {
     TCase *tc = tcase_create("engine");
@@ -284,5 +315,6 @@ TCase *tcase_engine(void)
     tcase_add_test(tc, test_bitwise_determinism);
     tcase_add_test(tc, test_stories_text);
     tcase_add_test(tc, test_cli_logits_identical);
+    tcase_add_test(tc, test_sliding_window);
     return tc;
 }

@@ -302,6 +302,11 @@ static void tiny_vocab(gmodel *m)
 
 uint8_t *tiny_llama(size_t *len, int tied)
 {
+    return tiny_llama_swa(len, tied, 0);
+}
+
+uint8_t *tiny_llama_swa(size_t *len, int tied, int window)
+{
     gmodel m = {0};
     uint64_t seed = 42;
     gm_kv_str(&m, "general.architecture", "llama");
@@ -312,6 +317,8 @@ uint8_t *tiny_llama(size_t *len, int tied)
     gm_kv_u32(&m, "llama.attention.head_count", TH);
     gm_kv_u32(&m, "llama.attention.head_count_kv", THKV);
     gm_kv_f32(&m, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (window)
+        gm_kv_u32(&m, "llama.attention.sliding_window", (uint32_t)window);
     tiny_vocab(&m);
     gm_tensor(&m, "token_embd.weight", LM_F32, TE, TV, rand_f32(TE * TV, &seed), 4 * TE * TV);
     gm_tensor(&m, "output_norm.weight", LM_F32, TE, 1, ones(TE), 4 * TE);

@@ -82,6 +82,8 @@ void gm_free(gmodel *m);
 
 /* A small random llama model with a byte-level vocabulary of n_vocab tokens. */
 uint8_t *tiny_llama(size_t *len, int tied);
+/* The same with llama.attention.sliding_window = window (Mistral style). */
+uint8_t *tiny_llama_swa(size_t *len, int tied, int window);
 
 TCase *tcase_quant(void);
 TCase *tcase_gguf(void);
