@@ -98,7 +98,7 @@ static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il
 }
 
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
-                    float *out, float *scores, float *tmp)
+                    float *out, float *scores, float *tmp, int isa)
 {
     const lm_hparams *hp = &m->hp;
     const int hd = hp->head_dim, hdv = hp->head_dim_v, kh = h / (hp->n_head / hp->n_head_kv);
@@ -109,7 +109,7 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
         lo = pos - hp->sliding_window + 1;
     float mx = -INFINITY;
     for (int j = lo; j <= pos; j++) {
-        float s = lm_dot_f32(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd) * scale;
+        float s = lm_dot_f(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd, isa) * scale;
         if (cap > 0)
             s = cap * tanhf(s / cap);
         scores[j] = s;

@@ -176,7 +176,7 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
         int tid = omp_get_thread_num();
         lm_attend_head(c->m, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
                        c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
-                       c->scratch[tid]);
+                       c->scratch[tid], c->mm.isa);
     }
 }
 

@@ -35,20 +35,50 @@ typedef struct qrow {
     uint32_t type;
     int64_t k;
     float *f;          /* float weights (F32/F16/BF16): k values */
-    int8_t *q;         /* quantized: k signed codes */
-    int16_t *sc, *mn;  /* K-quants: scale and min per 16 elements */
+    uint8_t *u;        /* quantized: k unsigned codes, code = u - lm_code_offset(type) */
+    int32_t *sc4;      /* K-quants: the group scale of every 4 codes (k/4) */
+    int16_t *mn;       /* K-quants: the group min of every 16 codes (k/16) */
     float *d, *m;      /* per block: scale, and min/offset scale */
 } qrow;
 
+/* An activation row rounded to its vec_dot_type (qdot.c). */
+typedef struct act_row {
+    int64_t k;
+    float *f;          /* F32/F16/BF16: the rounded values */
+    int8_t *qs;        /* 8-bit codes */
+    float *d, *s;      /* per block: scale; Q8_1 also d * sum */
+    int16_t *sum16;    /* sum of every 16 codes */
+    int32_t *negcorr;  /* -offset * (sum of every 4 codes) */
+} act_row;
+
+enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };
+
+int lm_cpu_isa(void);
 int lm_act_type(uint32_t wtype);                 /* llama.cpp's vec_dot_type */
+int lm_code_offset(uint32_t wtype);
 size_t lm_act_row_bytes(int atype, int64_t k);
-void lm_quantize_act(int atype, const float *x, void *dst, int64_t k);
-void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k);
-float lm_qrow_dot(const qrow *r, const void *act);
+void lm_act_layout(int atype, int64_t k, act_row *r, void *base);
+void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
+void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
+int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
+void lm_k_scales_decode(qrow *r, uint32_t type, const uint8_t *blk, int64_t i);
+float lm_hsum16(const float *a);
+float lm_k_mins(const qrow *w, const act_row *a, int64_t b);
+float lm_dot_b32_scalar(const qrow *w, const act_row *a);
+float lm_dot_k_scalar(const qrow *w, const act_row *a);
+float lm_dot_f_scalar(const float *x, const float *y, int64_t n);
+float lm_dot_b32_avx512(const qrow *w, const act_row *a);
+float lm_dot_k_avx512(const qrow *w, const act_row *a);
+float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
+
+/* Decodes a row and dots it with an activation, on the given instruction set. */
+void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa);
+float lm_qrow_dot(const qrow *r, const act_row *a, int isa);
+float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
-    int n_threads;
+    int n_threads, isa;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;
@@ -58,17 +88,18 @@ typedef struct mm_scratch {
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);
 void mm_scratch_free(mm_scratch *s);
 
+/* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
+void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
+
 /* ---- attention.c ---- */
 void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
 /* One query head at pos against the cache of layer il; scores: n_ctx floats, tmp: head_dim. */
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
-                    float *out, float *scores, float *tmp);
+                    float *out, float *scores, float *tmp, int isa);
 float lm_gelu(const lm_model *m, float x);
 int lm_gelu_table_init(lm_model *m);
 
-/* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
-void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
 
 #endif

@@ -98,7 +98,6 @@ void lm_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 float lm_f16_to_f32(uint16_t h);
 uint16_t lm_f32_to_f16(float f);
 float lm_bf16_to_f32(uint16_t h);
-float lm_dot_f32(const float *a, const float *b, int64_t n);
 
 /* --------------------------------------------------------------- models */
 

@@ -12,25 +12,33 @@
 
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
     s->n_threads = n_threads;
+    s->isa = lm_cpu_isa();
+    const char *force = getenv("KVCHAT_ISA"); /* tests and benchmarks compare the paths */
+    if (force && !strcmp(force, "scalar"))
+        s->isa = LM_ISA_SCALAR;
+    else if (force && !strcmp(force, "avx2") && s->isa > LM_ISA_AVX2)
+        s->isa = LM_ISA_AVX2;
     s->max_k = max_k;
-    s->act_cap = (size_t)max_tok * (size_t)max_k * sizeof(float); /* the largest act format */
-    s->act = malloc(s->act_cap);
+    s->act_cap = (size_t)max_tok * lm_act_row_bytes(LM_F32, max_k); /* the largest act format */
+    s->act = aligned_alloc(64, s->act_cap);
     s->rows = calloc((size_t)n_threads, sizeof *s->rows);
     if (!s->act || !s->rows)
         return -1;
     for (int i = 0; i < n_threads; i++) {
         qrow *r = &s->rows[i];
-        r->f = malloc((size_t)max_k * sizeof *r->f);
-        r->q = malloc((size_t)max_k);
-        r->sc = malloc((size_t)(max_k / 16 + 1) * sizeof *r->sc);
+        size_t k64 = (size_t)(max_k + 63) / 64 * 64;
+        r->f = aligned_alloc(64, k64 * sizeof *r->f);
+        r->u = aligned_alloc(64, k64);
+        r->sc4 = aligned_alloc(64, k64);                /* k/4 int32 */
         r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
         r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
         r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
-        if (!r->f || !r->q || !r->sc || !r->mn || !r->d || !r->m)
+        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m)
             return -1;
     }
     return 0;
@@ -40,7 +48,7 @@ void mm_scratch_free(mm_scratch *s)
 {
     for (int i = 0; s->rows && i < s->n_threads; i++) {
         qrow *r = &s->rows[i];
-        free(r->f), free(r->q), free(r->sc), free(r->mn), free(r->d), free(r->m);
+        free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
     }
     free(s->rows);
     free(s->act);
@@ -51,7 +59,7 @@ void mm_scratch_free(mm_scratch *s)
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    const int atype = lm_act_type(w->type);
+    const int atype = lm_act_type(w->type), isa = s->isa;
     const size_t row_bytes = lm_row_bytes(w->type, k), act_bytes = lm_act_row_bytes(atype, k);
     const uint8_t *base = w->data;
     int nt = rows < 64 ? 1 : s->n_threads;
@@ -59,13 +67,16 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
     {
 #pragma omp for schedule(static)
         for (int t = 0; t < n_tok; t++)
-            lm_quantize_act(atype, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
+            lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
         qrow *r = &s->rows[omp_get_thread_num()];
+        act_row a;
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < rows; i++) {
-            lm_qrow_decode(r, w->type, base + (size_t)i * row_bytes, k);
-            for (int t = 0; t < n_tok; t++)
-                out[(size_t)t * rows + i] = lm_qrow_dot(r, s->act + (size_t)t * act_bytes);
+            lm_qrow_decode(r, w->type, base + (size_t)i * row_bytes, k, isa);
+            for (int t = 0; t < n_tok; t++) {
+                lm_act_layout(atype, k, &a, s->act + (size_t)t * act_bytes);
+                out[(size_t)t * rows + i] = lm_qrow_dot(r, &a, isa);
+            }
         }
     }
 }

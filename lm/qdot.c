@@ -1,17 +1,23 @@
 /*
- * lm/qdot.c - quantized dot products the way llama.cpp computes them.
+ * lm/qdot.c - quantized dot products the way llama.cpp rounds them.
  *
  * llama.cpp never multiplies a quantized weight by an f32 activation: it
  * first rounds the activation row to the weight type's "vec_dot_type"
  * (Q8_0, Q8_1 or Q8_K: 8-bit codes with a per-block scale; F16 or BF16 for
- * half-precision weights) and then sums integer products block by block.
- * That rounding is where its logits differ from exact math, so we do the
- * same rounding, with the same scale formulas, to give the same logits.
+ * half-precision weights) and sums integer products block by block.  We do
+ * the same rounding with the same scale formulas, so our logits are
+ * llama.cpp's up to the order of float additions.
  *
- * A weight row is decoded once into signed 8-bit codes plus integer
- * sub-block scales (a "qrow"); the integer dot of a qrow with each token's
- * quantized activation is then a plain loop the compiler vectorizes.  Every
- * sum runs in a fixed order, so the result does not depend on the batch.
+ * Layouts are our own, built for SIMD (see internal.h):
+ *   weights     a row decodes once into unsigned 8-bit codes u = q + off,
+ *               one int32 scale per 4 codes (K-quants), and block scales;
+ *   activations signed 8-bit codes, block scales, the sums of 16 codes, and
+ *               -off * (sum of each 4 codes), which seeds the integer dot
+ *               so that sum((u - off) * a) comes out exact.
+ * Each output accumulates 16 float lanes with fused multiply-adds in a fixed
+ * order and ends with a fixed tree sum.  The scalar, AVX2 and AVX-512 paths
+ * (qdot_simd.c) do exactly these operations, so all three agree bit for bit
+ * and the result never depends on the batch or the thread split.
  */
 #include "internal.h"
 
@@ -36,14 +42,46 @@ int lm_act_type(uint32_t wtype)
     }
 }
 
+/* The constant added to a type's codes to make them unsigned. */
+int lm_code_offset(uint32_t wtype)
+{
+    switch (wtype) {
+    case LM_Q4_0: return 8;
+    case LM_Q5_0: return 16;
+    case LM_Q8_0: return 128;
+    case LM_Q3_K: return 4;
+    case LM_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+/* One activation row: codes, then per-block floats, group sums and corrections. */
+void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
+{
+    uint8_t *p = base;
+    int64_t nb = k / (atype == LM_Q8_K ? QK_K : QK);
+    r->k = k;
+    r->qs = (int8_t *)p;
+    p += (k + 63) / 64 * 64;
+    r->d = (float *)p;
+    p += nb * sizeof(float);
+    r->s = (float *)p;
+    p += nb * sizeof(float);
+    r->sum16 = (int16_t *)p;
+    p += (k / 16) * sizeof(int16_t);
+    p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    r->negcorr = (int32_t *)p;
+    r->f = (float *)base;
+}
+
 size_t lm_act_row_bytes(int atype, int64_t k)
 {
-    switch (atype) {
-    case LM_Q8_0: return (size_t)(k / QK) * 34;
-    case LM_Q8_1: return (size_t)(k / QK) * 36;
-    case LM_Q8_K: return (size_t)(k / QK_K) * 292;
-    default: return (size_t)k * sizeof(float);
-    }
+    if (atype == LM_F32 || atype == LM_F16 || atype == LM_BF16)
+        return ((size_t)k * sizeof(float) + 63) / 64 * 64;
+    int64_t nb = k / QK;
+    size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
+    n += (size_t)(k / 4) * 4; /* negcorr */
+    return (n + 63) / 64 * 64;
 }
 
 /* ------------------------------------------------ activation rounding */
@@ -56,30 +94,25 @@ static float abs_max(const float *x, int n)
     return m;
 }
 
-/* Q8_0 / Q8_1: d = max/127 stored as f16, codes round(x * 127/max), ties to even. */
-static void quant_q8_01(const float *x, uint8_t *b, int with_sum)
+/* Q8_0 / Q8_1: d = max/127 rounded to f16, codes round(x * 127/max), ties to even. */
+static void quant_b32(const float *x, act_row *r, int64_t b, int with_sum)
 {
     float amax = abs_max(x, QK), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    uint16_t dh = lm_f32_to_f16(d);
-    int8_t *qs = (int8_t *)(b + (with_sum ? 4 : 2));
+    int8_t *qs = r->qs + b * QK;
     int sum = 0;
     for (int j = 0; j < QK; j++) {
         qs[j] = (int8_t)nearbyintf(x[j] * id);
         sum += qs[j];
     }
-    memcpy(b, &dh, 2);
-    if (with_sum) {
-        uint16_t sh = lm_f32_to_f16(d * (float)sum);
-        memcpy(b + 2, &sh, 2);
-    }
+    r->d[b] = lm_f16_to_f32(lm_f32_to_f16(d));
+    r->s[b] = with_sum ? lm_f16_to_f32(lm_f32_to_f16(d * (float)sum)) : 0.0f;
 }
 
-/* Q8_K: scale from the signed value of largest magnitude, d = 1/iscale. */
-static void quant_q8_k(const float *x, uint8_t *b)
+/* Q8_K: the scale comes from the signed value of largest magnitude; d = 1/iscale. */
+static void quant_k(const float *x, act_row *r, int64_t b)
 {
-    float amax = 0.0f, max = 0.0f, d = 0.0f;
-    int8_t *qs = (int8_t *)(b + 4);
-    int16_t bsums[QK_K / 16];
+    float amax = 0.0f, max = 0.0f;
+    int8_t *qs = r->qs + b * QK_K;
     for (int j = 0; j < QK_K; j++)
         if (fabsf(x[j]) > amax) {
             amax = fabsf(x[j]);
@@ -87,56 +120,59 @@ static void quant_q8_k(const float *x, uint8_t *b)
         }
     if (amax == 0.0f) {
         memset(qs, 0, QK_K);
-    } else {
-        float iscale = -127.0f / max;
-        for (int j = 0; j < QK_K; j++) {
-            long v = lrintf(iscale * x[j]);
-            qs[j] = (int8_t)(v > 127 ? 127 : v);
-        }
-        d = 1.0f / iscale;
+        r->d[b] = 0.0f;
+        return;
     }
-    for (int g = 0; g < QK_K / 16; g++) {
-        int s = 0;
-        for (int j = 0; j < 16; j++)
-            s += qs[16 * g + j];
-        bsums[g] = (int16_t)s;
+    float iscale = -127.0f / max;
+    for (int j = 0; j < QK_K; j++) {
+        long v = lrintf(iscale * x[j]);
+        qs[j] = (int8_t)(v > 127 ? 127 : v);
     }
-    memcpy(b, &d, 4);
-    memcpy(b + 4 + QK_K, bsums, sizeof bsums);
+    r->d[b] = 1.0f / iscale;
 }
 
-void lm_quantize_act(int atype, const float *x, void *dst, int64_t k)
+static void half_round(int atype, const float *x, float *f, int64_t k)
 {
-    uint8_t *b = dst;
-    float *f = dst;
-    switch (atype) {
-    case LM_Q8_0:
-        for (int64_t i = 0; i < k / QK; i++)
-            quant_q8_01(x + i * QK, b + i * 34, 0);
-        break;
-    case LM_Q8_1:
-        for (int64_t i = 0; i < k / QK; i++)
-            quant_q8_01(x + i * QK, b + i * 36, 1);
-        break;
-    case LM_Q8_K:
-        for (int64_t i = 0; i < k / QK_K; i++)
-            quant_q8_k(x + i * QK_K, b + i * 292);
-        break;
-    case LM_F16:
-        for (int64_t i = 0; i < k; i++)
+    for (int64_t i = 0; i < k; i++) {
+        if (atype == LM_F16) {
             f[i] = lm_f16_to_f32(lm_f32_to_f16(x[i]));
-        break;
-    case LM_BF16:
-        for (int64_t i = 0; i < k; i++) {
+        } else if (atype == LM_BF16) {
             uint32_t u;
             memcpy(&u, &x[i], 4);
             if ((u & 0x7fffffff) <= 0x7f800000) /* not NaN: round to nearest even */
                 u += 0x7fff + ((u >> 16) & 1);
             f[i] = lm_bf16_to_f32((uint16_t)(u >> 16));
+        } else {
+            f[i] = x[i];
         }
-        break;
-    default:
-        memcpy(f, x, (size_t)k * sizeof *f);
+    }
+}
+
+void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    int atype = lm_act_type(wtype);
+    act_row r;
+    lm_act_layout(atype, k, &r, dst);
+    if (atype == LM_F32 || atype == LM_F16 || atype == LM_BF16) {
+        half_round(atype, x, r.f, k);
+        return;
+    }
+    if (atype == LM_Q8_K)
+        for (int64_t b = 0; b < k / QK_K; b++)
+            quant_k(x + b * QK_K, &r, b);
+    else
+        for (int64_t b = 0; b < k / QK; b++)
+            quant_b32(x + b * QK, &r, b, atype == LM_Q8_1);
+    for (int64_t g = 0; g < k / 16; g++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++)
+            s += r.qs[16 * g + j];
+        r.sum16[g] = (int16_t)s;
+    }
+    int off = lm_code_offset(wtype);
+    for (int64_t l = 0; l < k / 4; l++) {
+        const int8_t *q = r.qs + 4 * l;
+        r.negcorr[l] = -off * (q[0] + q[1] + q[2] + q[3]);
     }
 }
 
@@ -149,29 +185,28 @@ static float half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
-/* 32-element blocks: code, scale d and (Q4_1/Q5_1) offset m per block. */
-static void decode_b32(uint32_t t, const uint8_t *b, int8_t *q, float *d, float *m)
+/* 32-element blocks: codes, scale d and (Q4_1/Q5_1) offset m per block. */
+static void decode_b32(uint32_t t, const uint8_t *b, uint8_t *u, float *d, float *m)
 {
     *d = half_at(b);
     *m = 0.0f;
     if (t == LM_Q8_0) {
-        memcpy(q, b + 2, QK);
+        for (int j = 0; j < QK; j++)
+            u[j] = (uint8_t)(b[2 + j] ^ 0x80); /* q + 128 */
         return;
     }
     const uint8_t *qs = b + 2;
     uint32_t qh = 0;
-    int off = 8;
     if (t == LM_Q4_1) {
-        *m = half_at(b + 2), qs = b + 4, off = 0;
+        *m = half_at(b + 2), qs = b + 4;
     } else if (t == LM_Q5_0) {
-        memcpy(&qh, b + 2, 4), qs = b + 6, off = 16;
+        memcpy(&qh, b + 2, 4), qs = b + 6;
     } else if (t == LM_Q5_1) {
-        *m = half_at(b + 2), memcpy(&qh, b + 4, 4), qs = b + 8, off = 0;
+        *m = half_at(b + 2), memcpy(&qh, b + 4, 4), qs = b + 8;
     }
     for (int j = 0; j < QK / 2; j++) {
-        int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
-        q[j] = (int8_t)(((qs[j] & 0xf) | h0) - off);
-        q[j + QK / 2] = (int8_t)(((qs[j] >> 4) | h1) - off);
+        u[j] = (uint8_t)((qs[j] & 0xf) | (((qh >> j) << 4) & 0x10));
+        u[j + QK / 2] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
     }
 }
 
@@ -186,64 +221,80 @@ static void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn)
     }
 }
 
-/* 256-element super-blocks: codes, sixteen scales and mins, d and dmin. */
-static void decode_k(uint32_t t, const uint8_t *b, int8_t *q, int16_t *sc, int16_t *mn, float *d,
-                     float *dmin)
+/* Sixteen scales and mins of a super-block. */
+static void k_scales(uint32_t t, const uint8_t *b, int *sc, int *mn)
 {
-    *dmin = 0.0f;
     memset(mn, 0, 16 * sizeof *mn);
     if (t == LM_Q2_K) {
-        *d = half_at(b + 80), *dmin = half_at(b + 82);
         for (int g = 0; g < 16; g++)
             sc[g] = b[g] & 0xf, mn[g] = b[g] >> 4;
-        for (int i = 0; i < QK_K; i++) {
-            int n = i / 128, shift = 2 * ((i % 128) / 32), l = i % 32;
-            q[i] = (int8_t)((b[16 + 32 * n + l] >> shift) & 3);
-        }
     } else if (t == LM_Q3_K) {
-        const uint8_t *hm = b, *p = b + 96;
-        *d = half_at(b + 108);
+        const uint8_t *p = b + 96;
         for (int g = 0; g < 16; g++) {
             int low = g < 8 ? (p[g] & 0xf) : (p[g - 8] >> 4);
-            sc[g] = (int16_t)((low | (((p[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32);
-        }
-        for (int i = 0; i < QK_K; i++) {
-            int n = i / 128, j = (i % 128) / 32, l = i % 32;
-            int v = (b[32 + 32 * n + l] >> (2 * j)) & 3;
-            q[i] = (int8_t)(v - ((hm[l] >> (4 * n + j)) & 1 ? 0 : 4));
+            sc[g] = (low | (((p[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
         }
     } else if (t == LM_Q4_K || t == LM_Q5_K) {
-        *d = half_at(b), *dmin = half_at(b + 2);
-        const uint8_t *qh = b + 16, *ql = t == LM_Q4_K ? b + 16 : b + 48;
         for (int j = 0; j < 8; j++) {
-            int s, m;
-            k4_scale_min(j, b + 4, &s, &m);
-            sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
-            mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
-        }
-        for (int i = 0; i < QK_K; i++) {
-            int pair = i / 64, hi = (i % 64) / 32, l = i % 32;
-            int v = (ql[32 * pair + l] >> (4 * hi)) & 0xf;
-            if (t == LM_Q5_K && (qh[l] >> (2 * pair + hi)) & 1)
-                v += 16;
-            q[i] = (int8_t)v;
+            k4_scale_min(j, b + 4, &sc[2 * j], &mn[2 * j]);
+            sc[2 * j + 1] = sc[2 * j], mn[2 * j + 1] = mn[2 * j];
         }
     } else { /* Q6_K */
-        *d = half_at(b + 208);
         for (int g = 0; g < 16; g++)
             sc[g] = (int8_t)b[192 + g];
-        for (int i = 0; i < QK_K; i++) {
-            int n = i / 128, k = (i % 128) / 32, l = i % 32;
-            int low = (b[64 * n + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 0xf;
-            int high = (b[128 + 32 * n + l] >> (2 * k)) & 3;
-            q[i] = (int8_t)((low | (high << 4)) - 32);
-        }
     }
 }
 
-void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k)
+/* The 256 unsigned codes of a super-block (code + lm_code_offset). */
+static void k_codes(uint32_t t, const uint8_t *b, uint8_t *u)
+{
+    for (int i = 0; i < QK_K; i++) {
+        int n = i / 128, j = (i % 128) / 32, l = i % 32, v;
+        if (t == LM_Q2_K) {
+            v = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+        } else if (t == LM_Q3_K) {
+            v = ((b[32 + 32 * n + l] >> (2 * j)) & 3) + (((b[l] >> (4 * n + j)) & 1) << 2);
+        } else if (t == LM_Q4_K || t == LM_Q5_K) {
+            int pair = i / 64, hi = (i % 64) / 32;
+            v = ((t == LM_Q4_K ? b + 16 : b + 48)[32 * pair + l] >> (4 * hi)) & 0xf;
+            if (t == LM_Q5_K && ((b[16 + l] >> (2 * pair + hi)) & 1))
+                v += 16;
+        } else { /* Q6_K: low nibble and two high bits */
+            v = ((b[64 * n + l + 32 * (j & 1)] >> (4 * (j >> 1))) & 0xf) |
+                (((b[128 + 32 * n + l] >> (2 * j)) & 3) << 4);
+        }
+        u[i] = (uint8_t)v;
+    }
+}
+
+/* Scales, mins and block factors of super-block i (the codes are separate). */
+void lm_k_scales_decode(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
+{
+    int sc[16], mn[16];
+    k_scales(t, b, sc, mn);
+    for (int g = 0; g < 16; g++) {
+        r->mn[i * 16 + g] = (int16_t)mn[g];
+        for (int j = 0; j < 4; j++)
+            r->sc4[i * 64 + 4 * g + j] = sc[g];
+    }
+    switch (t) {
+    case LM_Q2_K: r->d[i] = half_at(b + 80), r->m[i] = half_at(b + 82); break;
+    case LM_Q3_K: r->d[i] = half_at(b + 108), r->m[i] = 0.0f; break;
+    case LM_Q6_K: r->d[i] = half_at(b + 208), r->m[i] = 0.0f; break;
+    default: r->d[i] = half_at(b), r->m[i] = half_at(b + 2);
+    }
+}
+
+static void decode_k(uint32_t t, const uint8_t *b, qrow *r, int64_t i)
+{
+    lm_k_scales_decode(r, t, b, i);
+    k_codes(t, b, r->u + i * QK_K);
+}
+
+void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k)
 {
     const uint8_t *b = src;
+    size_t bs = lm_type_size(type);
     r->type = type;
     r->k = k;
     switch (lm_act_type(type)) {
@@ -253,75 +304,116 @@ void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k)
         lm_dequant_row(type, src, r->f, k);
         return;
     case LM_Q8_0:
-    case LM_Q8_1: {
-        size_t bs = lm_type_size(type);
+    case LM_Q8_1:
         for (int64_t i = 0; i < k / QK; i++)
-            decode_b32(type, b + (size_t)i * bs, r->q + i * QK, &r->d[i], &r->m[i]);
+            decode_b32(type, b + (size_t)i * bs, r->u + i * QK, &r->d[i], &r->m[i]);
         return;
-    }
-    default: {
-        size_t bs = lm_type_size(type);
+    default:
         for (int64_t i = 0; i < k / QK_K; i++)
-            decode_k(type, b + (size_t)i * bs, r->q + i * QK_K, r->sc + i * 16, r->mn + i * 16,
-                     &r->d[i], &r->m[i]);
-    }
+            decode_k(type, b + (size_t)i * bs, r, i);
     }
 }
 
 /* ------------------------------------------------------- dot products */
 
-static int32_t idot(const int8_t *a, const int8_t *b, int n)
+/* The fixed tree every path uses to add 16 lanes. */
+float lm_hsum16(const float *a)
 {
-    int32_t s = 0;
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    float t8[8], t4[4];
+    for (int i = 0; i < 8; i++)
+        t8[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++)
+        t4[i] = t8[i] + t8[i + 4];
+    return (t4[0] + t4[2]) + (t4[1] + t4[3]);
 }
 
-static float dot_b32(const qrow *r, const uint8_t *act, int with_sum)
+/* Sum of (u - off) * a over the 4 codes of lane l: the seed does the offset. */
+static int32_t lane(const uint8_t *u, const int8_t *a, int32_t seed)
 {
-    const size_t bs = with_sum ? 36 : 34;
-    const int qoff = with_sum ? 4 : 2;
-    float sum = 0.0f, mins = 0.0f;
-    for (int64_t i = 0; i < r->k / QK; i++) {
-        const uint8_t *a = act + (size_t)i * bs;
-        int32_t isum = idot(r->q + i * QK, (const int8_t *)(a + qoff), QK);
-        sum += (r->d[i] * half_at(a)) * (float)isum;
-        if (with_sum)
-            mins += r->m[i] * half_at(a + 2);
-    }
-    return sum + mins;
+    return seed + u[0] * a[0] + u[1] * a[1] + u[2] * a[2] + u[3] * a[3];
 }
 
-static float dot_k(const qrow *r, const uint8_t *act)
+/* 32-element blocks: block b feeds lanes 8*(b%2) .. +7; Q8_1 adds m*s per block. */
+float lm_dot_b32_scalar(const qrow *w, const act_row *a)
 {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < r->k / QK_K; i++) {
-        const uint8_t *a = act + (size_t)i * 292;
-        const int8_t *aq = (const int8_t *)(a + 4), *wq = r->q + i * QK_K;
-        const int16_t *sc = r->sc + i * 16, *mn = r->mn + i * 16;
-        int16_t bsums[16];
-        float ad;
-        memcpy(&ad, a, 4);
-        memcpy(bsums, a + 4 + QK_K, sizeof bsums);
-        int32_t isum = 0, msum = 0;
-        for (int g = 0; g < 16; g++) {
-            isum += sc[g] * idot(wq + 16 * g, aq + 16 * g, 16);
-            msum += mn[g] * bsums[g];
+    float acc[16] = {0}, mins = 0.0f;
+    for (int64_t b = 0; b < w->k / QK; b++) {
+        float dd = w->d[b] * a->d[b];
+        for (int l = 0; l < 8; l++) {
+            int64_t e = b * QK + 4 * l;
+            int32_t v = lane(w->u + e, a->qs + e, a->negcorr[e / 4]);
+            acc[8 * (b & 1) + l] = fmaf(dd, (float)v, acc[8 * (b & 1) + l]);
         }
-        sum += (r->d[i] * ad) * (float)isum;
-        if (msum)
-            sum -= (r->m[i] * ad) * (float)msum;
+        if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+            mins = fmaf(w->m[b], a->s[b], mins);
     }
-    return sum;
+    return lm_hsum16(acc) + mins;
 }
 
-float lm_qrow_dot(const qrow *r, const void *act)
+/* The min term of super-block b: sum over groups of min * (sum of 16 codes). */
+float lm_k_mins(const qrow *w, const act_row *a, int64_t b)
+{
+    int32_t msum = 0;
+    for (int g = 0; g < 16; g++)
+        msum += w->mn[b * 16 + g] * a->sum16[b * 16 + g];
+    return (w->m[b] * a->d[b]) * (float)msum;
+}
+
+/* 256-element super-blocks: lane j of each 64 codes, times its group scale. */
+float lm_dot_k_scalar(const qrow *w, const act_row *a)
+{
+    float acc[16] = {0}, mins = 0.0f;
+    for (int64_t b = 0; b < w->k / QK_K; b++) {
+        int32_t v[16] = {0};
+        for (int z = 0; z < 4; z++)
+            for (int j = 0; j < 16; j++) {
+                int64_t e = b * QK_K + 64 * z + 4 * j;
+                v[j] += w->sc4[e / 4] * lane(w->u + e, a->qs + e, a->negcorr[e / 4]);
+            }
+        float dd = w->d[b] * a->d[b];
+        for (int j = 0; j < 16; j++)
+            acc[j] = fmaf(dd, (float)v[j], acc[j]);
+        mins += lm_k_mins(w, a, b);
+    }
+    return lm_hsum16(acc) - mins;
+}
+
+/* Float rows: 16 lanes over consecutive elements, then the same tree. */
+float lm_dot_f_scalar(const float *x, const float *y, int64_t n)
+{
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] = fmaf(x[i + j], y[i + j], acc[j]);
+    for (int j = 0; i < n; i++, j++)
+        acc[j] = fmaf(x[i], y[i], acc[j]);
+    return lm_hsum16(acc);
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa)
+{
+    if (isa >= LM_ISA_AVX2 && lm_qrow_decode_avx2(r, type, src, k))
+        return;
+    lm_qrow_decode_scalar(r, type, src, k);
+}
+
+float lm_dot_f(const float *x, const float *y, int64_t n, int isa)
+{
+    return isa >= LM_ISA_AVX512 ? lm_dot_f_avx512(x, y, n) : lm_dot_f_scalar(x, y, n);
+}
+
+float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
 {
     switch (lm_act_type(r->type)) {
-    case LM_Q8_0: return dot_b32(r, act, 0);
-    case LM_Q8_1: return dot_b32(r, act, 1);
-    case LM_Q8_K: return dot_k(r, act);
-    default: return lm_dot_f32(r->f, act, r->k);
+    case LM_Q8_0:
+    case LM_Q8_1:
+        return isa >= LM_ISA_AVX512 ? lm_dot_b32_avx512(r, a) : lm_dot_b32_scalar(r, a);
+    case LM_Q8_K:
+        return isa >= LM_ISA_AVX512 ? lm_dot_k_avx512(r, a) : lm_dot_k_scalar(r, a);
+    default:
+        return lm_dot_f(r->f, a->f, r->k, isa);
     }
 }

@@ -4,9 +4,8 @@
  * those of ggml (llama.cpp's ggml-common.h); blocks are read byte by byte
  * through memcpy so that any alignment and either endianness of host is safe.
  *
- * The matmul kernels (matmul.c) call lm_dequant_row on one row at a time and
- * then take dot products in f32: each output is a fixed-order sum, so the
- * result does not depend on batch shape or thread count.
+ * Float weights are used through lm_dequant_row; quantized ones are decoded
+ * for integer dot products in qdot.c.
  */
 #include "lm.h"
 
@@ -346,24 +345,4 @@ void lm_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
             f(p + (size_t)i * bs, dst + i * bk);
     }
     }
-}
-
-/*
- * The one dot product every matmul uses.  Sixteen independent partial sums
- * combined in a fixed tree: the compiler vectorizes it, and the order of
- * additions depends only on n.
- */
-float lm_dot_f32(const float *a, const float *b, int64_t n)
-{
-    float acc[16] = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++)
-            acc[k] += a[i + k] * b[i + k];
-    for (int k = 0; i < n; i++, k++)
-        acc[k] += a[i] * b[i];
-    for (int w = 8; w > 0; w /= 2)
-        for (int k = 0; k < w; k++)
-            acc[k] += acc[k + w];
-    return acc[0];
 }
