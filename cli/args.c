@@ -34,6 +34,7 @@ void cli_usage(FILE *f)
           "  info        describe a model file\n"
           "  tokenize    print the token ids of a file or of stdin\n"
           "  logits      write the logits of a token sequence\n"
+          "  bench       measure prompt processing and generation speed\n"
           "\n"
           "options:\n"
           "  -m, --model FILE        GGUF model file\n"
@@ -62,6 +63,8 @@ void cli_usage(FILE *f)
           "      --ids-file FILE     logits: token ids, whitespace separated\n"
           "  -o, --output FILE       logits: output file (float32 rows; default stdout)\n"
           "      --sequential        logits: one token per evaluation\n"
+          "  -p N, -n N, -r N        bench: prompt tokens (512), generated tokens (128), repetitions (3)\n"
+          "      --csv               bench: print test,tokens_per_s,stddev rows\n"
           "  -h, --help              this help\n"
           "      --version           print the version\n",
           f);
@@ -111,7 +114,7 @@ static const char *const VALUE_OPTS[] = {
     "-m", "--model", "-p", "--prompt", "-f", "--file", "--ids-file", "-o", "--output", "-n",
     "--n-predict", "-c", "--ctx-size", "-t", "--threads", "-s", "--seed", "--temp", "--top-k",
     "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--kv-type", "-sys",
-    "--system-prompt", "--chat-template", NULL};
+    "--system-prompt", "--chat-template", "-r", "--repetitions", NULL};
 
 static int takes_value(const char *a)
 {
@@ -121,14 +124,17 @@ static int takes_value(const char *a)
     return 0;
 }
 
-static const char *const COMMANDS[] = {"complete", "info", "tokenize", "logits", NULL};
+static const char *const COMMANDS[] = {"complete", "info", "tokenize", "logits", "bench", NULL};
 
 /* Options that take a value; returns 1 if a was one of them, -1 on error. */
 static int value_opt(cli_opts *o, const char *a, const char *v)
 {
     lm_sampling *s = &o->sampling;
     if (is(a, "-m", "--model")) o->model = v;
+    else if (is(a, "-p", "--prompt") && o->cmd && !strcmp(o->cmd, "bench"))
+        return parse_int(a, v, 0, 1 << 20, &o->bench_p) ? -1 : 1;
     else if (is(a, "-p", "--prompt")) o->prompt = v;
+    else if (is(a, "-r", "--repetitions")) return parse_int(a, v, 1, 64, &o->bench_reps) ? -1 : 1;
     else if (is(a, "-f", "--file")) o->prompt_file = v;
     else if (is(a, "--ids-file", NULL)) o->ids_file = v;
     else if (is(a, "-sys", "--system-prompt")) o->system_prompt = v;
@@ -164,6 +170,7 @@ static int flag_opt(cli_opts *o, const char *a)
     else if (is(a, "--no-context-shift", NULL)) o->no_context_shift = 1;
     else if (is(a, "--stats", NULL)) o->stats = 1;
     else if (is(a, "--json", NULL)) o->json = 1;
+    else if (is(a, "--csv", NULL)) o->bench_csv = 1;
     else return 0;
     return 1;
 }
@@ -173,6 +180,8 @@ int cli_parse(int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
+    o->bench_p = 512;
+    o->bench_reps = 3;
     lm_sampling_defaults(&o->sampling);
     int i = 1;
     for (int k = 0; argc > 1 && COMMANDS[k]; k++)

@@ -88,5 +88,7 @@ int cli_main(int argc, char **argv)
         return cmd_tokenize(&o);
     if (!strcmp(o.cmd, "logits"))
         return cmd_logits(&o);
+    if (!strcmp(o.cmd, "bench"))
+        return cmd_bench(&o);
     return cmd_complete(&o);
 }

@@ -30,6 +30,7 @@ typedef struct cli_opts {
     const char *system_prompt;   /* -sys */
     const char *chat_template;   /* --chat-template NAME */
     int no_context_shift, stats, json;
+    int bench_p, bench_reps, bench_csv;   /* kvchat bench */
 } cli_opts;
 
 int cli_main(int argc, char **argv);
@@ -130,6 +131,7 @@ void session_output(session *s, const char *command, const char *text);
 int session_turn(session *s, const char *text, size_t len, char *err, size_t errlen);
 
 int cmd_chat(const cli_opts *o);
+int cmd_bench(const cli_opts *o);
 int cmd_info(const cli_opts *o);
 int cmd_tokenize(const cli_opts *o);
 int cmd_logits(const cli_opts *o);
