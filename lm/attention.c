@@ -107,6 +107,11 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
     int lo = 0;
     if (lm_layer_swa(m, il) && pos - hp->sliding_window + 1 > 0)
         lo = pos - hp->sliding_window + 1;
+    if (isa >= LM_ISA_AVX512 && kv->type == LM_KV_F32 &&
+        lm_attend_avx512(q, row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd, (size_t)kv->k_dim,
+                         row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv, (size_t)kv->v_dim,
+                         lo, pos, hd, hdv, scale, cap, scores, out))
+        return;
     float mx = -INFINITY;
     for (int j = lo; j <= pos; j++) {
         float s = lm_dot_f(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd, isa) * scale;

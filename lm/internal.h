@@ -48,7 +48,7 @@ typedef struct act_row {
     int8_t *qs;        /* 8-bit codes */
     float *d, *s;      /* per block: scale; Q8_1 also d * sum */
     int16_t *sum16;    /* sum of every 16 codes */
-    int32_t *negcorr;  /* -offset * (sum of every 4 codes) */
+    float *dl;         /* Q8_0/Q8_1: the block scale of every 4 codes */
 } act_row;
 
 enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };
@@ -71,6 +71,10 @@ float lm_dot_b32_avx512(const qrow *w, const act_row *a);
 float lm_dot_k_avx512(const qrow *w, const act_row *a);
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 
+/* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
+int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
+                        float *out, qrow *scratch);
+
 /* Decodes a row and dots it with an activation, on the given instruction set. */
 void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa);
 float lm_qrow_dot(const qrow *r, const act_row *a, int isa);
@@ -82,7 +86,9 @@ typedef struct mm_scratch {
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;
+    act_row *acts;     /* their layouts */
     qrow *rows;
+    float **outs;      /* per thread: one row's outputs for a token block */
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);
@@ -98,6 +104,9 @@ void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
 /* One query head at pos against the cache of layer il; scores: n_ctx floats, tmp: head_dim. */
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
                     float *out, float *scores, float *tmp, int isa);
+int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+                     size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
+                     float *scores, float *out);
 float lm_gelu(const lm_model *m, float x);
 int lm_gelu_table_init(lm_model *m);
 

@@ -11,6 +11,8 @@
 #include "internal.h"
 
 #include <omp.h>
+
+#define TOKEN_BLOCK 64
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +29,9 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     s->act_cap = (size_t)max_tok * lm_act_row_bytes(LM_F32, max_k); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
     s->rows = calloc((size_t)n_threads, sizeof *s->rows);
-    if (!s->act || !s->rows)
+    s->outs = calloc((size_t)n_threads, sizeof *s->outs);
+    s->acts = calloc((size_t)max_tok, sizeof *s->acts);
+    if (!s->act || !s->rows || !s->outs || !s->acts)
         return -1;
     for (int i = 0; i < n_threads; i++) {
         qrow *r = &s->rows[i];
@@ -38,7 +42,8 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
         r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
         r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
-        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m)
+        s->outs[i] = malloc(TOKEN_BLOCK * sizeof(float));
+        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !s->outs[i])
             return -1;
     }
     return 0;
@@ -49,34 +54,55 @@ void mm_scratch_free(mm_scratch *s)
     for (int i = 0; s->rows && i < s->n_threads; i++) {
         qrow *r = &s->rows[i];
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
+        free(s->outs[i]);
     }
     free(s->rows);
+    free(s->outs);
+    free(s->acts);
     free(s->act);
     s->rows = NULL;
     s->act = NULL;
 }
 
+/* One block of tokens against the rows this thread owns. */
+static void rows_times_tokens(float *out, const lm_tensor *w, int64_t rows, int t0, int nt,
+                              mm_scratch *s)
+{
+    const int64_t k = w->ne[0];
+    const size_t row_bytes = lm_row_bytes(w->type, k);
+    const uint8_t *base = w->data;
+    const int tid = omp_get_thread_num();
+    qrow *r = &s->rows[tid];
+    float *tmp = s->outs[tid];
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; i++) {
+        const uint8_t *row = base + (size_t)i * row_bytes;
+        if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
+            for (int t = 0; t < nt; t++)
+                out[(size_t)(t0 + t) * rows + i] = tmp[t];
+            continue;
+        }
+        lm_qrow_decode(r, w->type, row, k, s->isa);
+        for (int t = 0; t < nt; t++)
+            out[(size_t)(t0 + t) * rows + i] = lm_qrow_dot(r, &s->acts[t0 + t], s->isa);
+    }
+}
+
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    const int atype = lm_act_type(w->type), isa = s->isa;
-    const size_t row_bytes = lm_row_bytes(w->type, k), act_bytes = lm_act_row_bytes(atype, k);
-    const uint8_t *base = w->data;
+    const int atype = lm_act_type(w->type);
+    const size_t act_bytes = lm_act_row_bytes(atype, k);
     int nt = rows < 64 ? 1 : s->n_threads;
 #pragma omp parallel num_threads(nt)
     {
 #pragma omp for schedule(static)
-        for (int t = 0; t < n_tok; t++)
+        for (int t = 0; t < n_tok; t++) {
             lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
-        qrow *r = &s->rows[omp_get_thread_num()];
-        act_row a;
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; i++) {
-            lm_qrow_decode(r, w->type, base + (size_t)i * row_bytes, k, isa);
-            for (int t = 0; t < n_tok; t++) {
-                lm_act_layout(atype, k, &a, s->act + (size_t)t * act_bytes);
-                out[(size_t)t * rows + i] = lm_qrow_dot(r, &a, isa);
-            }
+            lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         }
+        /* token blocks keep their activations in L2 while every row passes */
+        for (int t0 = 0; t0 < n_tok; t0 += TOKEN_BLOCK)
+            rows_times_tokens(out, w, rows, t0, n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK, s);
     }
 }

@@ -11,9 +11,10 @@
  * Layouts are our own, built for SIMD (see internal.h):
  *   weights     a row decodes once into unsigned 8-bit codes u = q + off,
  *               one int32 scale per 4 codes (K-quants), and block scales;
- *   activations signed 8-bit codes, block scales, the sums of 16 codes, and
- *               -off * (sum of each 4 codes), which seeds the integer dot
- *               so that sum((u - off) * a) comes out exact.
+ *   activations signed 8-bit codes, block scales (also one per 4 codes),
+ *               and the sums of 16 codes (for the K-quant mins).
+ * Integer sums are exact, so the SIMD paths may regroup them freely (they
+ * multiply a + 128 by u - off and subtract 128 * sum(u - off) per lane).
  * Each output accumulates 16 float lanes with fused multiply-adds in a fixed
  * order and ends with a fixed tree sum.  The scalar, AVX2 and AVX-512 paths
  * (qdot_simd.c) do exactly these operations, so all three agree bit for bit
@@ -70,7 +71,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     r->sum16 = (int16_t *)p;
     p += (k / 16) * sizeof(int16_t);
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-    r->negcorr = (int32_t *)p;
+    r->dl = (float *)p;
     r->f = (float *)base;
 }
 
@@ -80,7 +81,7 @@ size_t lm_act_row_bytes(int atype, int64_t k)
         return ((size_t)k * sizeof(float) + 63) / 64 * 64;
     int64_t nb = k / QK;
     size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
-    n += (size_t)(k / 4) * 4; /* negcorr */
+    n += (size_t)(k / 4) * 4; /* dl */
     return (n + 63) / 64 * 64;
 }
 
@@ -169,11 +170,9 @@ void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
             s += r.qs[16 * g + j];
         r.sum16[g] = (int16_t)s;
     }
-    int off = lm_code_offset(wtype);
-    for (int64_t l = 0; l < k / 4; l++) {
-        const int8_t *q = r.qs + 4 * l;
-        r.negcorr[l] = -off * (q[0] + q[1] + q[2] + q[3]);
-    }
+    if (atype != LM_Q8_K) /* the block scale of every lane of 4 codes, for SIMD */
+        for (int64_t l = 0; l < k / 4; l++)
+            r.dl[l] = r.d[l / 8];
 }
 
 /* --------------------------------------------------- weight row decode */
@@ -327,21 +326,22 @@ float lm_hsum16(const float *a)
     return (t4[0] + t4[2]) + (t4[1] + t4[3]);
 }
 
-/* Sum of (u - off) * a over the 4 codes of lane l: the seed does the offset. */
-static int32_t lane(const uint8_t *u, const int8_t *a, int32_t seed)
+/* Sum of (u - off) * a over the 4 codes of a lane. */
+static int32_t lane(const uint8_t *u, const int8_t *a, int off)
 {
-    return seed + u[0] * a[0] + u[1] * a[1] + u[2] * a[2] + u[3] * a[3];
+    return (u[0] - off) * a[0] + (u[1] - off) * a[1] + (u[2] - off) * a[2] + (u[3] - off) * a[3];
 }
 
 /* 32-element blocks: block b feeds lanes 8*(b%2) .. +7; Q8_1 adds m*s per block. */
 float lm_dot_b32_scalar(const qrow *w, const act_row *a)
 {
+    const int off = lm_code_offset(w->type);
     float acc[16] = {0}, mins = 0.0f;
     for (int64_t b = 0; b < w->k / QK; b++) {
         float dd = w->d[b] * a->d[b];
         for (int l = 0; l < 8; l++) {
             int64_t e = b * QK + 4 * l;
-            int32_t v = lane(w->u + e, a->qs + e, a->negcorr[e / 4]);
+            int32_t v = lane(w->u + e, a->qs + e, off);
             acc[8 * (b & 1) + l] = fmaf(dd, (float)v, acc[8 * (b & 1) + l]);
         }
         if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
@@ -362,13 +362,14 @@ float lm_k_mins(const qrow *w, const act_row *a, int64_t b)
 /* 256-element super-blocks: lane j of each 64 codes, times its group scale. */
 float lm_dot_k_scalar(const qrow *w, const act_row *a)
 {
+    const int off = lm_code_offset(w->type);
     float acc[16] = {0}, mins = 0.0f;
     for (int64_t b = 0; b < w->k / QK_K; b++) {
         int32_t v[16] = {0};
         for (int z = 0; z < 4; z++)
             for (int j = 0; j < 16; j++) {
                 int64_t e = b * QK_K + 64 * z + 4 * j;
-                v[j] += w->sc4[e / 4] * lane(w->u + e, a->qs + e, a->negcorr[e / 4]);
+                v[j] += w->sc4[e / 4] * lane(w->u + e, a->qs + e, off);
             }
         float dd = w->d[b] * a->d[b];
         for (int j = 0; j < 16; j++)

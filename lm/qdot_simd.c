@@ -11,6 +11,7 @@
  */
 #include "internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -149,24 +150,52 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 
 AVX512 static inline float hsum16_avx512(__m512 acc)
 {
-    float a[16];
-    _mm512_storeu_ps(a, acc);
-    return lm_hsum16(a);
+    /* the same tree as lm_hsum16: halves, quarters, then (0+2) + (1+3) */
+    __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* -128 * (sum of each 4 signed weight codes): seeds dpbusd of (a + 128) by q. */
+AVX512 static inline __m512i seed64(__m512i q)
+{
+    __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7));
+}
+
+AVX512 static inline __m256i seed32(__m256i q)
+{
+    __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
+}
+
+/* Lanes of sum(q * a) over 4 codes: (a + 128) is the unsigned operand. */
+AVX512 static inline __m512i lanes64(__m512i seed, __m512i q, const int8_t *a)
+{
+    __m512i au = _mm512_xor_si512(_mm512_loadu_si512(a), _mm512_set1_epi8((char)0x80));
+    return _mm512_dpbusd_epi32(seed, au, q);
+}
+
+AVX512 static inline __m256i lanes32(__m256i seed, __m256i q, const int8_t *a)
+{
+    __m256i au = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a), _mm256_set1_epi8((char)0x80));
+    return _mm256_dpbusd_epi32(seed, au, q);
 }
 
 AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
 {
     const int64_t nb = w->k / 32;
     const int has_min = w->type == LM_Q4_1 || w->type == LM_Q5_1;
+    const __m512i off = _mm512_set1_epi8((char)lm_code_offset(w->type));
     __m512 acc = _mm512_setzero_ps();
     float mins = 0.0f;
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + b * 8),
-                                        _mm512_loadu_si512(w->u + b * 32),
-                                        _mm512_loadu_si512(a->qs + b * 32));
-        __m512 dd = _mm512_insertf32x8(_mm512_set1_ps(w->d[b] * a->d[b]),
-                                       _mm256_set1_ps(w->d[b + 1] * a->d[b + 1]), 1);
+        __m512i q = _mm512_sub_epi8(_mm512_loadu_si512(w->u + b * 32), off);
+        __m512i v = lanes64(seed64(q), q, a->qs + b * 32);
+        __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(w->d[b]), _mm256_set1_ps(w->d[b + 1]), 1);
+        __m512 dd = _mm512_mul_ps(wd, _mm512_loadu_ps(a->dl + b * 8));
         acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc);
         if (has_min) {
             mins = __builtin_fmaf(w->m[b], a->s[b], mins);
@@ -174,9 +203,9 @@ AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
         }
     }
     if (b < nb) { /* an odd last block lands in lanes 0-7 */
-        __m256i v = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)),
-                                        _mm256_loadu_si256((const __m256i *)(w->u + b * 32)),
-                                        _mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
+        __m256i q = _mm256_sub_epi8(_mm256_loadu_si256((const __m256i *)(w->u + b * 32)),
+                                    _mm512_castsi512_si256(off));
+        __m256i v = lanes32(seed32(q), q, a->qs + b * 32);
         __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(w->d[b] * a->d[b]), _mm256_cvtepi32_ps(v),
                                     _mm512_castps512_ps256(acc));
         acc = _mm512_insertf32x8(acc, lo, 0);
@@ -188,14 +217,15 @@ AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
 
 AVX512 float lm_dot_k_avx512(const qrow *w, const act_row *a)
 {
+    const __m512i off = _mm512_set1_epi8((char)lm_code_offset(w->type));
     __m512 acc = _mm512_setzero_ps();
     float mins = 0.0f;
     for (int64_t b = 0; b < w->k / 256; b++) {
         __m512i sum = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
             int64_t e = b * 256 + 64 * z;
-            __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4),
-                                            _mm512_loadu_si512(w->u + e), _mm512_loadu_si512(a->qs + e));
+            __m512i q = _mm512_sub_epi8(_mm512_loadu_si512(w->u + e), off);
+            __m512i v = lanes64(seed64(q), q, a->qs + e);
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_loadu_si512(w->sc4 + e / 4), v));
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(w->d[b] * a->d[b]), _mm512_cvtepi32_ps(sum), acc);
@@ -230,4 +260,232 @@ float lm_dot_b32_avx512(const qrow *w, const act_row *a) { return lm_dot_b32_sca
 float lm_dot_k_avx512(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
 
+#endif
+
+/* ------------------------------------------------ fused row x tokens */
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#define GROUP 8
+
+/* Signed codes of blocks b and b+1 of Q4_0, Q5_0 or Q8_0. */
+AVX512 static inline __m512i codes2_b32(uint32_t t, const uint8_t *b0, size_t bs)
+{
+    const uint8_t *b1 = b0 + bs;
+    __m256i lo, hi;
+    if (t == LM_Q8_0) {
+        lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+        hi = _mm256_loadu_si256((const __m256i *)(b1 + 2));
+        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    if (t == LM_Q4_0) {
+        lo = nibbles32(b0 + 2);
+        hi = nibbles32(b1 + 2);
+    } else { /* Q5_0 */
+        uint32_t h0, h1;
+        memcpy(&h0, b0 + 2, 4), memcpy(&h1, b1 + 2, 4);
+        lo = _mm256_or_si256(nibbles32(b0 + 6), bits32(h0));
+        hi = _mm256_or_si256(nibbles32(b1 + 6), bits32(h1));
+    }
+    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_sub_epi8(u, _mm512_set1_epi8((char)lm_code_offset(t)));
+}
+
+AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
+{
+    if (t == LM_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(b0 + 2));
+    __m256i u;
+    if (t == LM_Q4_0) {
+        u = nibbles32(b0 + 2);
+    } else {
+        uint32_t h;
+        memcpy(&h, b0 + 2, 4);
+        u = _mm256_or_si256(nibbles32(b0 + 6), bits32(h));
+    }
+    return _mm256_sub_epi8(u, _mm256_set1_epi8((char)lm_code_offset(t)));
+}
+
+/* Q4_0, Q5_0, Q8_0 rows against up to GROUP tokens, straight from the weights. */
+AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
+                             float *out)
+{
+    const size_t bs = lm_type_size(t);
+    const int64_t nb = k / 32;
+    __m512 acc[GROUP];
+    for (int j = 0; j < n; j++)
+        acc[j] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        __m512i q = codes2_b32(t, blk, bs), seed = seed64(q);
+        __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(half(blk)), _mm256_set1_ps(half(blk + bs)), 1);
+        for (int j = 0; j < n; j++) {
+            __m512i v = lanes64(seed, q, a[j].qs + b * 32);
+            __m512 dd = _mm512_mul_ps(wd, _mm512_loadu_ps(a[j].dl + b * 8));
+            acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc[j]);
+        }
+    }
+    if (b < nb) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        __m256i q = codes1_b32(t, blk), seed = seed32(q);
+        float dw = half(blk);
+        for (int j = 0; j < n; j++) {
+            __m256i v = lanes32(seed, q, a[j].qs + b * 32);
+            __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[j].d[b]), _mm256_cvtepi32_ps(v),
+                                        _mm512_castps512_ps256(acc[j]));
+            acc[j] = _mm512_insertf32x8(acc[j], lo, 0);
+        }
+    }
+    for (int j = 0; j < n; j++)
+        out[j] = hsum16_avx512(acc[j]);
+}
+
+/* The 64 signed codes of chunk z of a K super-block. */
+AVX512 static inline __m512i codes_k(uint32_t t, const uint8_t *blk, int z)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i lo, hi;
+    if (t == LM_Q6_K) {
+        int n = z / 2, j0 = 2 * (z % 2); /* stripes j0, j0+1 of half n */
+        const uint8_t *ql = blk + 64 * n;
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)ql);
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i l0 = j0 ? _mm256_srli_epi16(x0, 4) : x0, l1 = j0 ? _mm256_srli_epi16(x1, 4) : x1;
+        __m256i m3 = _mm256_set1_epi8(3);
+        lo = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j0), m3), 4));
+        hi = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j0 + 2), m3), 4));
+        __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        return _mm512_sub_epi8(u, _mm512_set1_epi8(32));
+    }
+    const uint8_t *ql = blk + (t == LM_Q4_K ? 16 : 48) + 32 * z; /* pair z: low, then high nibbles */
+    __m256i x = _mm256_loadu_si256((const __m256i *)ql);
+    lo = _mm256_and_si256(x, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    if (t == LM_Q5_K) {
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)), one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * z), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * z + 1), one), 4));
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens. */
+AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
+                           float *out, qrow *scratch)
+{
+    const size_t bs = lm_type_size(t);
+    __m512 acc[GROUP];
+    float mins[GROUP] = {0};
+    for (int j = 0; j < n; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        lm_k_scales_decode(scratch, t, blk, 0); /* scales of this block into slot 0 */
+        __m512i sum[GROUP];
+        for (int j = 0; j < n; j++)
+            sum[j] = _mm512_setzero_si512();
+        for (int z = 0; z < 4; z++) {
+            __m512i q = codes_k(t, blk, z), seed = seed64(q);
+            __m512i sc = _mm512_loadu_si512(scratch->sc4 + 16 * z);
+            for (int j = 0; j < n; j++)
+                sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(sc, lanes64(seed, q, a[j].qs + b * 256 + 64 * z)));
+        }
+        for (int j = 0; j < n; j++) {
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(scratch->d[0] * a[j].d[b]), _mm512_cvtepi32_ps(sum[j]), acc[j]);
+            int32_t msum = 0;
+            for (int g = 0; g < 16 && scratch->m[0] != 0.0f; g++)
+                msum += scratch->mn[g] * a[j].sum16[b * 16 + g];
+            mins[j] += (scratch->m[0] * a[j].d[b]) * (float)msum;
+        }
+    }
+    for (int j = 0; j < n; j++)
+        out[j] = hsum16_avx512(acc[j]) - mins[j];
+}
+
+/* One row against n tokens (out[j] for token j); 0 if this type has no fused kernel. */
+AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
+                               float *out, qrow *scratch)
+{
+    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) {
+        for (int j = 0; j < n; j += GROUP)
+            fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
+        return 1;
+    }
+    if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
+        for (int j = 0; j < n; j += GROUP)
+            fused_k(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j, scratch);
+        return 1;
+    }
+    return 0;
+}
+
+#else
+int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
+                        float *out, qrow *scratch)
+{
+    (void)t, (void)row, (void)k, (void)a, (void)n, (void)out, (void)scratch;
+    return 0;
+}
+#endif
+
+/* ----------------------------------------------------------- attention */
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/*
+ * One query head against f32 cache rows lo..pos (AVX-512).  Same steps as
+ * the portable lm_attend_head, with the two inner loops vectorized; it is
+ * used for every batch shape, so evaluation stays deterministic.
+ */
+AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+                            size_t vstride, int lo, int pos, int hd, int hdv, float scale,
+                            float cap, float *scores, float *out)
+{
+    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256)
+        return 0;
+    __m512 qv[16], o[16];
+    for (int i = 0; i < hd / 16; i++)
+        qv[i] = _mm512_loadu_ps(q + 16 * i);
+    float mx = -__builtin_inff();
+    for (int j = lo; j <= pos; j++) {
+        const float *kj = k0 + (size_t)j * kstride;
+        __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+        for (int i = 1; i < hd / 16; i++)
+            acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kj + 16 * i), acc);
+        float s = hsum16_avx512(acc) * scale;
+        if (cap > 0)
+            s = cap * tanhf(s / cap);
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (int j = lo; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < hdv / 16; i++)
+        o[i] = _mm512_setzero_ps();
+    for (int j = lo; j <= pos; j++) {
+        const float *vj = v0 + (size_t)j * vstride;
+        __m512 w = _mm512_set1_ps(scores[j] * inv);
+        for (int i = 0; i < hdv / 16; i++)
+            o[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), o[i]);
+    }
+    for (int i = 0; i < hdv / 16; i++)
+        _mm512_storeu_ps(out + 16 * i, o[i]);
+    return 1;
+}
+
+#else
+int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+                     size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
+                     float *scores, float *out)
+{
+    (void)q, (void)k0, (void)kstride, (void)v0, (void)vstride, (void)lo, (void)pos, (void)hd;
+    (void)hdv, (void)scale, (void)cap, (void)scores, (void)out;
+    return 0;
+}
 #endif

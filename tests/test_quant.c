@@ -226,8 +226,8 @@ START_TEST(test_dot)
         b[i] = (float)(i % 5);
         want += (double)a[i] * b[i];
     }
-    ck_assert_float_eq(lm_dot_f32(a, b, 37), (float)want);
-    ck_assert_float_eq(lm_dot_f32(a, b, 0), 0.0f);
+    ck_assert_float_eq(lm_dot_f_scalar(a, b, 37), (float)want);
+    ck_assert_float_eq(lm_dot_f_scalar(a, b, 0), 0.0f);
 }
 END_TEST
 
@@ -270,22 +270,42 @@ static void random_row(uint32_t type, uint8_t *b, size_t n, uint64_t *seed)
 }
 
 /* Dequantizes an activation row held in the vec_dot_type. */
-static void act_to_f32(int atype, const uint8_t *a, float *y, int k)
+static void act_to_f32(int atype, const act_row *a, float *y, int k)
 {
     for (int i = 0; i < k; i++) {
-        if (atype == LM_Q8_K) {
-            float d;
-            memcpy(&d, a + (i / 256) * 292, 4);
-            y[i] = d * (float)(int8_t)a[(i / 256) * 292 + 4 + i % 256];
-        } else if (atype == LM_Q8_0 || atype == LM_Q8_1) {
-            size_t bs = atype == LM_Q8_0 ? 34 : 36, qo = atype == LM_Q8_0 ? 2 : 4;
-            uint16_t h;
-            memcpy(&h, a + (i / 32) * bs, 2);
-            y[i] = lm_f16_to_f32(h) * (float)(int8_t)a[(i / 32) * bs + qo + i % 32];
-        } else {
-            memcpy(&y[i], a + 4 * i, 4);
-        }
+        if (atype == LM_Q8_K)
+            y[i] = a->d[i / 256] * (float)a->qs[i];
+        else if (atype == LM_Q8_0 || atype == LM_Q8_1)
+            y[i] = a->d[i / 32] * (float)a->qs[i];
+        else
+            y[i] = a->f[i];
     }
+}
+
+static const uint32_t ALL_TYPES[] = {LM_F32, LM_F16, LM_BF16, LM_Q4_0, LM_Q4_1, LM_Q5_0,
+                                     LM_Q5_1, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+enum { K = 768 }; /* three super-blocks; an odd number of 32-blocks (24) is tested below */
+
+typedef struct qrow_buf {
+    float f[K], d[K / 32], m[K / 32];
+    uint8_t u[K];
+    int32_t sc4[K / 4];
+    int16_t mn[K / 16];
+    qrow r;
+} qrow_buf;
+
+static void qrow_init(qrow_buf *b)
+{
+    memset(b, 0, sizeof *b);
+    b->r = (qrow){0, 0, b->f, b->u, b->sc4, b->mn, b->d, b->m};
+}
+
+static void test_row(uint32_t ty, uint8_t *row, uint64_t *seed)
+{
+    random_row(ty, row, lm_row_bytes(ty, K), seed);
+    if (ty == LM_F32)
+        for (int i = 0; i < K; i++)
+            ((float *)row)[i] = (float)(i % 17 - 8) * 0.125f;
 }
 
 /*
@@ -295,39 +315,88 @@ static void act_to_f32(int atype, const uint8_t *a, float *y, int k)
  */
 START_TEST(test_int_dot_matches_dequant)
 {
-    static const uint32_t types[] = {LM_F32, LM_F16, LM_BF16, LM_Q4_0, LM_Q4_1, LM_Q5_0,
-                                     LM_Q5_1, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
-    enum { K = 512 };
     uint64_t seed = 1;
-    static float x[K], w[K], a[K], qf[K];
-    static uint8_t row[K * 4], act[K * 4];
-    static int8_t q[K];
-    static int16_t sc[K / 16], mn[K / 16];
-    static float d[K / 32], m[K / 32];
-    qrow r = {0, 0, qf, q, sc, mn, d, m};
+    static float x[K], w[K], a[K];
+    static uint8_t row[K * 4], actbuf[K * 8];
+    static qrow_buf qb;
     for (int i = 0; i < K; i++)
         x[i] = sinf((float)i * 0.37f) * (1.0f + (float)(i % 13));
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        uint32_t ty = types[t];
+    for (size_t t = 0; t < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; t++) {
+        uint32_t ty = ALL_TYPES[t];
         int at = lm_act_type(ty);
-        size_t n = lm_row_bytes(ty, K);
-        random_row(ty, row, n, &seed);
-        if (ty == LM_F32)
-            for (int i = 0; i < K; i++)
-                ((float *)row)[i] = (float)(i % 17 - 8) * 0.125f;
+        test_row(ty, row, &seed);
         lm_dequant_row(ty, row, w, K);
-        lm_quantize_act(at, x, act, K);
-        act_to_f32(at, act, a, K);
+        lm_quantize_act(ty, x, actbuf, K);
+        act_row ar;
+        lm_act_layout(at, K, &ar, actbuf);
+        act_to_f32(at, &ar, a, K);
         double want = 0, mag = 0;
         for (int i = 0; i < K; i++) {
             want += (double)w[i] * a[i];
             mag += fabs((double)w[i] * a[i]);
         }
-        lm_qrow_decode(&r, ty, row, K);
-        float got = lm_qrow_dot(&r, act);
+        qrow_init(&qb);
+        lm_qrow_decode_scalar(&qb.r, ty, row, K);
+        float got = lm_qrow_dot(&qb.r, &ar, LM_ISA_SCALAR);
         ck_assert_msg(fabs(got - want) <= 1e-5 * mag + 1e-6, "%s: int path %g, dequantized %g",
                       lm_type_name(ty), got, want);
         ck_assert_msg(mag > 0, "%s: empty test row", lm_type_name(ty));
+    }
+}
+END_TEST
+
+/*
+ * The fast paths against the scalar reference, bit for bit: AVX2 decoders,
+ * AVX-512 dots and the fused row-by-tokens kernels, on rows whose number of
+ * 32-blocks is even and odd.  (On a CPU without them, lm_cpu_isa says so
+ * and there is nothing to compare.)
+ */
+START_TEST(test_fast_paths_bitwise)
+{
+    int isa = lm_cpu_isa();
+    if (isa == LM_ISA_SCALAR)
+        return;
+    uint64_t seed = 7;
+    static float x[8][K];
+    static uint8_t row[K * 4], act[8][K * 8];
+    static qrow_buf ref, fast;
+    for (int t = 0; t < 8; t++)
+        for (int i = 0; i < K; i++)
+            x[t][i] = cosf((float)(i * (t + 1)) * 0.11f) * (1.0f + (float)((i + t) % 7));
+    for (size_t ti = 0; ti < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; ti++) {
+        uint32_t ty = ALL_TYPES[ti];
+        int at = lm_act_type(ty);
+        for (int k = K; k >= K - 32; k -= 32) {
+            if (k % lm_type_block(ty))
+                continue;
+            test_row(ty, row, &seed);
+            qrow_init(&ref);
+            qrow_init(&fast);
+            lm_qrow_decode_scalar(&ref.r, ty, row, k);
+            lm_qrow_decode(&fast.r, ty, row, k, isa);
+            ck_assert_msg(!memcmp(ref.u, fast.u, (size_t)k) && !memcmp(ref.sc4, fast.sc4, sizeof ref.sc4) &&
+                          !memcmp(ref.d, fast.d, sizeof ref.d), "%s k=%d: decoders differ", lm_type_name(ty), k);
+            act_row ar[8];
+            float want[8], got[8];
+            for (int t = 0; t < 8; t++) {
+                lm_quantize_act(ty, x[t], act[t], k);
+                lm_act_layout(at, k, &ar[t], act[t]);
+                want[t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
+                float f = lm_qrow_dot(&fast.r, &ar[t], isa);
+                ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d: dot %a vs scalar %a", lm_type_name(ty), k, f, want[t]);
+            }
+            if (isa >= LM_ISA_AVX512 && lm_fused_row_avx512(ty, row, k, ar, 8, got, &fast.r))
+                for (int t = 0; t < 8; t++)
+                    ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d token %d: fused %a vs scalar %a",
+                                  lm_type_name(ty), k, t, got[t], want[t]);
+        }
+    }
+    float f1[K], f2[K];
+    for (int i = 0; i < K; i++)
+        f1[i] = x[0][i], f2[i] = x[1][i];
+    for (int n = 1; n <= 70; n += 23) {
+        float a1 = lm_dot_f(f1, f2, n, isa), a2 = lm_dot_f_scalar(f1, f2, n);
+        ck_assert_msg(!memcmp(&a1, &a2, 4), "float dot n=%d", n);
     }
 }
 END_TEST
@@ -336,29 +405,30 @@ END_TEST
 START_TEST(test_q8k_activation)
 {
     float x[256];
-    uint8_t b[292];
+    static uint8_t buf[4096];
+    act_row r;
     for (int i = 0; i < 256; i++)
         x[i] = (float)(i - 128) / 64.0f; /* extreme is -2 at i = 0 */
-    lm_quantize_act(LM_Q8_K, x, b, 256);
-    float d;
-    memcpy(&d, b, 4);
+    lm_quantize_act(LM_Q4_K, x, buf, 256);
+    lm_act_layout(LM_Q8_K, 256, &r, buf);
+    float d = r.d[0];
+    uint8_t *b = (uint8_t *)r.qs - 4;
     ck_assert_float_eq_tol(d, 2.0f / 127.0f, 1e-9f); /* iscale = -127 / -2 */
     ck_assert_int_eq((int8_t)b[4], -127);
     ck_assert_int_eq((int8_t)b[4 + 255], 126);  /* 1.984375 * 63.5 = 126.01 */
     ck_assert_int_eq((int8_t)b[4 + 128], 0);
-    int16_t bs0;
-    memcpy(&bs0, b + 4 + 256, 2);
     int s = 0;
     for (int i = 0; i < 16; i++)
-        s += (int8_t)b[4 + i];
-    ck_assert_int_eq(bs0, s);
-    uint8_t q0[34];
+        s += r.qs[i];
+    ck_assert_int_eq(r.sum16[0], s);
     float y[32];
     for (int i = 0; i < 32; i++)
         y[i] = (float)i / 2.0f; /* max 15.5 -> code 127, 0.5 * 127/15.5 = 4.097 -> 4 */
-    lm_quantize_act(LM_Q8_0, y, q0, 32);
-    ck_assert_int_eq((int8_t)q0[2 + 31], 127);
-    ck_assert_int_eq((int8_t)q0[2 + 1], 4);
+    lm_quantize_act(LM_Q8_0, y, buf, 32);
+    lm_act_layout(LM_Q8_0, 32, &r, buf);
+    ck_assert_int_eq(r.qs[31], 127);
+    ck_assert_int_eq(r.qs[1], 4);
+    ck_assert_float_eq(r.d[0], lm_f16_to_f32(lm_f32_to_f16(15.5f / 127.0f))); /* d is an f16 */
 }
 END_TEST
 
@@ -377,6 +447,7 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_dot);
     tcase_add_test(tc, test_type_table);
     tcase_add_test(tc, test_int_dot_matches_dequant);
+    tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_q8k_activation);
     return tc;
 }
