@@ -130,8 +130,8 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
     for (int j = lo; j <= pos; j++) {
         const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
         float w = scores[j] * inv;
-        for (int i = 0; i < hdv; i++)
-            out[i] += w * vj[i];
+        for (int i = 0; i < hdv; i++) /* fused, as the AVX-512 path */
+            out[i] = fmaf(w, vj[i], out[i]);
     }
 }
 

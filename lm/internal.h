@@ -49,6 +49,7 @@ typedef struct act_row {
     float *d, *s;      /* per block: scale; Q8_1 also d * sum */
     int16_t *sum16;    /* sum of every 16 codes */
     float *dl;         /* Q8_0/Q8_1: the block scale of every 4 codes */
+    int32_t *negcorr;  /* -offset * (sum of every 4 codes), offset of the weight type */
 } act_row;
 
 enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };

@@ -305,20 +305,84 @@ AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
     return _mm256_sub_epi8(u, _mm256_set1_epi8((char)lm_code_offset(t)));
 }
 
+/* Two f16 block scales -> [d0 x8 | d1 x8]. */
+AVX512 static inline __m512 scale2(const uint8_t *b0, const uint8_t *b1)
+{
+    uint16_t h0, h1;
+    memcpy(&h0, b0, 2), memcpy(&h1, b1, 2);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h0 | ((int)h1 << 16)));
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+/* Unsigned codes of blocks b and b+1 (code + offset), 64 in one register. */
+AVX512 static inline __m512i ucodes2_b32(uint32_t t, const uint8_t *b0, size_t bs)
+{
+    const uint8_t *b1 = b0 + bs;
+    if (t == LM_Q8_0) {
+        __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                       _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+        return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+    }
+    int qo = t == LM_Q4_0 ? 2 : 6;
+    __m256i x = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(b1 + qo)),
+                                 _mm_loadu_si128((const __m128i *)(b0 + qo)));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, m4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), 1);
+    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)); /* lo0 hi0 lo1 hi1 */
+    if (t == LM_Q5_0) { /* bit e of qh is the fifth bit of code e */
+        uint32_t h0, h1;
+        memcpy(&h0, b0 + 2, 4), memcpy(&h1, b1 + 2, 4);
+        z = _mm512_or_si512(z, _mm512_maskz_mov_epi8((__mmask64)h0 | ((__mmask64)h1 << 32), _mm512_set1_epi8(0x10)));
+    }
+    return z;
+}
+
+/* One token: the offset correction comes from the activation (no seed per chunk). */
+AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
+{
+    const size_t bs = lm_type_size(t);
+    const int64_t nb = k / 32;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + b * 8), ucodes2_b32(t, blk, bs),
+                                        _mm512_loadu_si512(a->qs + b * 32));
+        __m512 dd = _mm512_mul_ps(scale2(blk, blk + bs), _mm512_loadu_ps(a->dl + b * 8));
+        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc);
+    }
+    if (b < nb) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        __m256i q = codes1_b32(t, blk);
+        __m256i v = lanes32(seed32(q), q, a->qs + b * 32);
+        __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(half(blk) * a->d[b]), _mm256_cvtepi32_ps(v),
+                                    _mm512_castps512_ps256(acc));
+        acc = _mm512_insertf32x8(acc, lo, 0);
+    }
+    return hsum16_avx512(acc);
+}
+
 /* Q4_0, Q5_0, Q8_0 rows against up to GROUP tokens, straight from the weights. */
 AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                              float *out)
 {
+    if (n == 1) {
+        out[0] = one_b32(t, row, k, a);
+        return;
+    }
     const size_t bs = lm_type_size(t);
     const int64_t nb = k / 32;
+    const __m512i off = _mm512_set1_epi8((char)lm_code_offset(t));
     __m512 acc[GROUP];
     for (int j = 0; j < n; j++)
         acc[j] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *blk = row + (size_t)b * bs;
-        __m512i q = codes2_b32(t, blk, bs), seed = seed64(q);
-        __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(half(blk)), _mm256_set1_ps(half(blk + bs)), 1);
+        __m512i q = _mm512_sub_epi8(ucodes2_b32(t, blk, bs), off), seed = seed64(q);
+        __m512 wd = scale2(blk, blk + bs);
         for (int j = 0; j < n; j++) {
             __m512i v = lanes64(seed, q, a[j].qs + b * 32);
             __m512 dd = _mm512_mul_ps(wd, _mm512_loadu_ps(a[j].dl + b * 8));
@@ -340,8 +404,8 @@ AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const ac
         out[j] = hsum16_avx512(acc[j]);
 }
 
-/* The 64 signed codes of chunk z of a K super-block. */
-AVX512 static inline __m512i codes_k(uint32_t t, const uint8_t *blk, int z)
+/* The 64 unsigned codes (code + offset) of chunk z of a K super-block. */
+AVX512 static inline __m512i ucodes_k(uint32_t t, const uint8_t *blk, int z)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i lo, hi;
@@ -357,8 +421,7 @@ AVX512 static inline __m512i codes_k(uint32_t t, const uint8_t *blk, int z)
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j0), m3), 4));
         hi = _mm256_or_si256(_mm256_and_si256(l1, m4),
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j0 + 2), m3), 4));
-        __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        return _mm512_sub_epi8(u, _mm512_set1_epi8(32));
+        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
     const uint8_t *ql = blk + (t == LM_Q4_K ? 16 : 48) + 32 * z; /* pair z: low, then high nibbles */
     __m256i x = _mm256_loadu_si256((const __m256i *)ql);
@@ -372,33 +435,92 @@ AVX512 static inline __m512i codes_k(uint32_t t, const uint8_t *blk, int z)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* A K super-block's scales as lanes of each 64-code chunk, its mins and factors. */
+typedef struct kblk {
+    __m512i sc[4];
+    float d, dmin;
+    int16_t mn[16];     /* one per 16 codes; zero when the type has no mins */
+} kblk;
+
+AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
+{
+    if (t == LM_Q6_K) {
+        __m512i s16 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        for (int z = 0; z < 4; z++) { /* lane j of chunk z: group 4z + j/4 */
+            __m512i idx = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2,
+                                           4 * z + 2, 4 * z + 2, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1,
+                                           4 * z, 4 * z, 4 * z, 4 * z);
+            kb->sc[z] = _mm512_permutexvar_epi32(idx, s16);
+        }
+        kb->d = half(blk + 208), kb->dmin = 0.0f;
+        memset(kb->mn, 0, sizeof kb->mn);
+        return;
+    }
+    /* Q4_K/Q5_K: eight 6-bit scales and mins packed in 12 bytes */
+    uint32_t u[4];
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    memcpy(u, blk + 4, 12);
+    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    uint32_t m_lo = u[1] & km1;
+    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    u[2] = m_lo;
+    u[0] &= km1;
+    const uint8_t *b8 = (const uint8_t *)u; /* scales 0..7, mins 8..15 */
+    __m512i s8 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b8));
+    for (int z = 0; z < 4; z++) { /* chunk z: sub-blocks 2z, 2z+1 of 32 codes */
+        __m512i idx = _mm512_set_epi32(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
+                                       2 * z + 1, 2 * z + 1, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z);
+        kb->sc[z] = _mm512_permutexvar_epi32(idx, s8);
+    }
+    for (int g = 0; g < 16; g++)
+        kb->mn[g] = b8[8 + g / 2];
+    kb->d = half(blk), kb->dmin = half(blk + 2);
+}
+
+/* The min term of a token on this super-block, as lm_k_mins computes it. */
+AVX512 static inline float kblk_mins(const kblk *kb, const act_row *a, int64_t b)
+{
+    __m256i prod = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)kb->mn),
+                                     _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    return (kb->dmin * a->d[b]) * (float)_mm_cvtsi128_si32(s4);
+}
+
 /* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens. */
 AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
-                           float *out, qrow *scratch)
+                           float *out)
 {
     const size_t bs = lm_type_size(t);
+    const int off = lm_code_offset(t);
     __m512 acc[GROUP];
     float mins[GROUP] = {0};
+    kblk kb;
     for (int j = 0; j < n; j++)
         acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
-        lm_k_scales_decode(scratch, t, blk, 0); /* scales of this block into slot 0 */
+        kblk_decode(t, blk, &kb);
         __m512i sum[GROUP];
         for (int j = 0; j < n; j++)
             sum[j] = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
-            __m512i q = codes_k(t, blk, z), seed = seed64(q);
-            __m512i sc = _mm512_loadu_si512(scratch->sc4 + 16 * z);
+            __m512i u = ucodes_k(t, blk, z);
+            int64_t e = b * 256 + 64 * z;
+            if (n == 1) { /* one token: the activation carries the offset correction */
+                __m512i seed = off ? _mm512_loadu_si512(a[0].negcorr + e / 4) : _mm512_setzero_si512();
+                __m512i v = _mm512_dpbusd_epi32(seed, u, _mm512_loadu_si512(a[0].qs + e));
+                sum[0] = _mm512_add_epi32(sum[0], _mm512_mullo_epi32(kb.sc[z], v));
+                continue;
+            }
+            __m512i q = _mm512_sub_epi8(u, _mm512_set1_epi8((char)off)), seed = seed64(q);
             for (int j = 0; j < n; j++)
-                sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(sc, lanes64(seed, q, a[j].qs + b * 256 + 64 * z)));
+                sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(kb.sc[z], lanes64(seed, q, a[j].qs + e)));
         }
         for (int j = 0; j < n; j++) {
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(scratch->d[0] * a[j].d[b]), _mm512_cvtepi32_ps(sum[j]), acc[j]);
-            int32_t msum = 0;
-            for (int g = 0; g < 16 && scratch->m[0] != 0.0f; g++)
-                msum += scratch->mn[g] * a[j].sum16[b * 16 + g];
-            mins[j] += (scratch->m[0] * a[j].d[b]) * (float)msum;
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb.d * a[j].d[b]), _mm512_cvtepi32_ps(sum[j]), acc[j]);
+            mins[j] += kblk_mins(&kb, &a[j], b);
         }
     }
     for (int j = 0; j < n; j++)
@@ -409,6 +531,7 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
 AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                                float *out, qrow *scratch)
 {
+    (void)scratch;
     if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) {
         for (int j = 0; j < n; j += GROUP)
             fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
@@ -416,7 +539,7 @@ AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act
     }
     if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
         for (int j = 0; j < n; j += GROUP)
-            fused_k(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j, scratch);
+            fused_k(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
         return 1;
     }
     return 0;
