@@ -472,8 +472,10 @@ AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
                                        2 * z + 1, 2 * z + 1, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z);
         kb->sc[z] = _mm512_permutexvar_epi32(idx, s8);
     }
-    for (int g = 0; g < 16; g++)
-        kb->mn[g] = b8[8 + g / 2];
+    /* each min covers two groups of 16: widen to 16-bit and repeat each */
+    __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(b8 + 8)));
+    _mm_storeu_si128((__m128i *)kb->mn, _mm_unpacklo_epi16(m8, m8));
+    _mm_storeu_si128((__m128i *)(kb->mn + 8), _mm_unpackhi_epi16(m8, m8));
     kb->d = half(blk), kb->dmin = half(blk + 2);
 }
 
@@ -488,10 +490,39 @@ AVX512 static inline float kblk_mins(const kblk *kb, const act_row *a, int64_t b
     return (kb->dmin * a->d[b]) * (float)_mm_cvtsi128_si32(s4);
 }
 
+/* One token through a K row: the offset correction comes from the activation. */
+AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
+{
+    const size_t bs = lm_type_size(t);
+    const int off = lm_code_offset(t);
+    __m512 acc = _mm512_setzero_ps();
+    float mins = 0.0f;
+    kblk kb;
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        _mm_prefetch((const char *)(blk + 4 * bs), _MM_HINT_T0);
+        kblk_decode(t, blk, &kb);
+        __m512i sum = _mm512_setzero_si512();
+        for (int z = 0; z < 4; z++) {
+            int64_t e = b * 256 + 64 * z;
+            __m512i seed = off ? _mm512_loadu_si512(a->negcorr + e / 4) : _mm512_setzero_si512();
+            __m512i v = _mm512_dpbusd_epi32(seed, ucodes_k(t, blk, z), _mm512_loadu_si512(a->qs + e));
+            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(kb.sc[z], v));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(kb.d * a->d[b]), _mm512_cvtepi32_ps(sum), acc);
+        mins += kblk_mins(&kb, a, b);
+    }
+    return hsum16_avx512(acc) - mins;
+}
+
 /* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens. */
 AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                            float *out)
 {
+    if (n == 1) {
+        out[0] = one_k(t, row, k, a);
+        return;
+    }
     const size_t bs = lm_type_size(t);
     const int off = lm_code_offset(t);
     __m512 acc[GROUP];
@@ -508,12 +539,6 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
         for (int z = 0; z < 4; z++) {
             __m512i u = ucodes_k(t, blk, z);
             int64_t e = b * 256 + 64 * z;
-            if (n == 1) { /* one token: the activation carries the offset correction */
-                __m512i seed = off ? _mm512_loadu_si512(a[0].negcorr + e / 4) : _mm512_setzero_si512();
-                __m512i v = _mm512_dpbusd_epi32(seed, u, _mm512_loadu_si512(a[0].qs + e));
-                sum[0] = _mm512_add_epi32(sum[0], _mm512_mullo_epi32(kb.sc[z], v));
-                continue;
-            }
             __m512i q = _mm512_sub_epi8(u, _mm512_set1_epi8((char)off)), seed = seed64(q);
             for (int j = 0; j < n; j++)
                 sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(kb.sc[z], lanes64(seed, q, a[j].qs + e)));
