@@ -23,7 +23,7 @@ POBJ = $(SRC:%.c=build/portable/%.o)
 TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 
 # Debian packages the build and the tests need; `make deps` installs the missing ones.
-DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3
+DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-base
 
 .PHONY: all check check-asan run bench install clean portable deps
 
@@ -78,8 +78,28 @@ run: deps
 	  ./kvchat -m "$(MODEL)"; \
 	else echo "No model at $(MODEL): pass MODEL=path/to/model.gguf (models.txt lists known models)"; exit 1; fi
 
-bench: kvchat
-	@echo "make bench: benchmarks arrive with the speed issue; kvchat bench is not built yet"; exit 1
+# Benchmark models: synthetic weights of real shapes (../shared/tools/synth_gguf.py),
+# made once into bench-models/ (ignored by git), then `kvchat bench` on each.
+BENCH_DIR ?= bench-models
+BENCH_MODELS = smollm2-135m:gpt-2:11:Q8_0 smollm2-135m:gpt-2:11:Q4_K_M \
+	tinyllama-1.1b:llama-spm:12:Q4_0 tinyllama-1.1b:llama-spm:12:Q8_0 \
+	tinyllama-1.1b:llama-spm:12:Q4_K_M qwen2.5-0.5b:qwen2:13:Q4_0 qwen2.5-0.5b:qwen2:13:Q4_K_M
+BENCH_ARGS ?= -p 512 -n 128 -r 3
+
+bench: deps kvchat
+	@dpkg-query -W -f='$${Status}' python3-numpy 2>/dev/null | grep -q "ok installed" || \
+	  { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO apt-get install -y -qq python3-numpy; }
+	@mkdir -p $(BENCH_DIR)
+	@for spec in $(BENCH_MODELS); do \
+	  set -- $$(echo $$spec | tr ':' ' '); f=$(BENCH_DIR)/$$1-$$4.gguf; \
+	  if [ ! -f $$f ]; then echo "making $$f"; \
+	    $(PYTHON) $(SHARED)/tools/synth_gguf.py --preset $$1 --vocab $(SHARED)/vocab/ggml-vocab-$$2.gguf \
+	      --seed $$3 --ftype $$4 -o $$f.tmp > /dev/null && mv $$f.tmp $$f || exit 1; fi; \
+	done
+	@for spec in $(BENCH_MODELS); do \
+	  set -- $$(echo $$spec | tr ':' ' '); echo; ./kvchat bench -m $(BENCH_DIR)/$$1-$$4.gguf $(BENCH_ARGS) || exit 1; \
+	done
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \

@@ -106,6 +106,38 @@ START_TEST(test_tokcheck_judge)
 }
 END_TEST
 
+/* The manual renders without a groff warning and names every option --help lists. */
+START_TEST(test_man_page_covers_help)
+{
+    char *argv[] = {"/usr/bin/groff", "-ww", "-man", "-Tascii", "-P-cbou", "man/kvchat.1", NULL}, *man, *err;
+    ck_assert_int_eq(run_cmd(argv, NULL, &man, &err), 0);
+    ck_assert_msg(err[0] == 0, "groff warnings: %s", err);
+    char *help, *ha[] = {"--help", NULL};
+    ck_assert_int_eq(kv(ha, NULL, &help, NULL), 0);
+    int checked = 0;
+    for (char *p = help; *p; p++) {
+        if (*p != '-' || (p > help && p[-1] != ' ' && p[-1] != ','))
+            continue;
+        char opt[40];
+        size_t n = strspn(p, "-abcdefghijklmnopqrstuvwxyz");
+        if (n < 2 || n >= sizeof opt)
+            continue;
+        memcpy(opt, p, n);
+        opt[n] = 0;
+        ck_assert_msg(strstr(man, opt) != NULL, "the manual does not mention %s", opt);
+        checked++;
+        p += n - 1;
+    }
+    ck_assert_int_gt(checked, 30);
+    static const char *const cmds[] = {"/help", "/quit", "/pos", "/reset", "/history", "/edit", "/regen",
+                                       "/undo", "/add", "/system", "/set", "/stats", "NO_COLOR",
+                                       "XDG_STATE_HOME", "EXIT STATUS", "EXAMPLES", NULL};
+    for (int i = 0; cmds[i]; i++)
+        ck_assert_msg(strstr(man, cmds[i]) != NULL, "the manual does not mention %s", cmds[i]);
+    free(man), free(err), free(help);
+}
+END_TEST
+
 TCase *tcase_cli(void)
 {
     TCase *tc = tcase_create("cli");
@@ -115,5 +147,6 @@ TCase *tcase_cli(void)
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_help_version);
     tcase_add_test(tc, test_logits_bad_ids);
+    tcase_add_test(tc, test_man_page_covers_help);
     return tc;
 }
