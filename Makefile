@@ -1,3 +1,4 @@
+SHELL := /bin/bash
 # kvchat - see README.md.  `make run` builds and starts; `make check` runs every test.
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -23,9 +24,10 @@ POBJ = $(SRC:%.c=build/portable/%.o)
 TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 
 # Debian packages the build and the tests need; `make deps` installs the missing ones.
-DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-base
+DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-base \
+	clang libclang-rt-14-dev libomp-14-dev
 
-.PHONY: all check check-asan run bench install clean portable deps
+.PHONY: all check check-asan run bench install clean portable deps fuzz
 
 all: kvchat
 
@@ -61,6 +63,35 @@ check-asan: deps
 	$(MAKE) --no-print-directory kvchat-asan tests/run_tests-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan
+
+# libFuzzer targets (clang), each with ASan and UBSan; tests/fuzz/corpus holds
+# their seeds and what they found worth keeping.
+FUZZ_CC ?= clang
+FUZZ_TIME ?= 60
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS = gguf tok script
+FOBJ = $(SRC:%.c=build/fuzz/%.o)
+
+build/fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -Wno-unknown-warning-option -g -O1 \
+	  -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c -o $@ $<
+
+tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FOBJ)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) \
+	  -o $@ $^ -lpcre2-8 -lreadline -lm
+
+# make fuzz [FUZZ_TIME=seconds per target]: runs each target on its corpus.
+fuzz: deps
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p tests/fuzz/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_TIME) s"; \
+	  KVCHAT_SHARED=$(SHARED) ./tests/fuzz/fuzz_$$t tests/fuzz/corpus/$$t -max_total_time=$(FUZZ_TIME) \
+	    -max_len=65536 -rss_limit_mb=4096 -timeout=30 -close_fd_mask=2 -print_final_stats=1 \
+	    2>&1 | grep -E "^(stat::|Done|==|SUMMARY|ERROR|INFO: (seed|loaded))|ERROR:" ; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
 
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
@@ -117,6 +148,7 @@ install: kvchat
 	if [ -f man/kvchat.1 ]; then install -m 644 man/kvchat.1 $(DESTDIR)$(PREFIX)/share/man/man1/; fi
 
 clean:
-	rm -rf build kvchat kvchat-portable kvchat-asan tests/run_tests tests/run_tests-asan
+	rm -rf build kvchat kvchat-portable kvchat-asan tests/run_tests tests/run_tests-asan \
+	  $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
 
--include $(OBJ:.o=.d) $(POBJ:.o=.d) $(TOBJ:.o=.d) $(AOBJ:.o=.d) $(ATOBJ:.o=.d)
+-include $(OBJ:.o=.d) $(POBJ:.o=.d) $(TOBJ:.o=.d) $(AOBJ:.o=.d) $(ATOBJ:.o=.d) $(FOBJ:.o=.d)

@@ -143,6 +143,8 @@ typedef struct lm_model {
 } lm_model;
 
 int lm_model_open(lm_model *m, const char *path, lm_err *e);
+/* The same on m->gguf already parsed (from memory, for instance); closes it on failure. */
+int lm_model_init(lm_model *m, lm_err *e);
 void lm_model_close(lm_model *m);
 const char *lm_arch_name(const lm_model *m);
 /* The architecture's features, comma separated (for kvchat info). */

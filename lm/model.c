@@ -344,6 +344,11 @@ static int bind_layer(lm_model *m, int il, lm_err *e)
 static int bind_tensors(lm_model *m, lm_err *e)
 {
     const gguf_file *g = &m->gguf;
+    if ((uint64_t)m->hp.n_layer > g->n_tensors) { /* before allocating per-layer state */
+        lm_seterr(e, "%s: block_count %d exceeds the %llu tensors of the file", g->path,
+                  m->hp.n_layer, (unsigned long long)g->n_tensors);
+        return -1;
+    }
     m->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *m->tensors);
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->tensors || !m->layers) {
@@ -386,7 +391,12 @@ int lm_model_open(lm_model *m, const char *path, lm_err *e)
     memset(m, 0, sizeof *m);
     if (gguf_open(&m->gguf, path, e))
         return -1;
-    const char *name;
+    return lm_model_init(m, e);
+}
+
+int lm_model_init(lm_model *m, lm_err *e)
+{
+    const char *path = m->gguf.path, *name;
     size_t len;
     int r = gguf_get_str(&m->gguf, "general.architecture", &name, &len, e);
     if (r <= 0) {

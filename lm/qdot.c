@@ -97,6 +97,17 @@ static float abs_max(const float *x, int n)
     return m;
 }
 
+/* A rounded value as an 8-bit code: finite values are within [-127, 127] by
+ * construction; NaN (from NaN weights in a hostile file) becomes 0. */
+static int8_t code8(float v)
+{
+    if (v >= 127.0f)
+        return 127;
+    if (v <= -128.0f)
+        return -128;
+    return v == v ? (int8_t)v : 0;
+}
+
 /* Q8_0 / Q8_1: d = max/127 rounded to f16, codes round(x * 127/max), ties to even. */
 static void quant_b32(const float *x, act_row *r, int64_t b, int with_sum)
 {
@@ -104,7 +115,7 @@ static void quant_b32(const float *x, act_row *r, int64_t b, int with_sum)
     int8_t *qs = r->qs + b * QK;
     int sum = 0;
     for (int j = 0; j < QK; j++) {
-        qs[j] = (int8_t)nearbyintf(x[j] * id);
+        qs[j] = code8(nearbyintf(x[j] * id));
         sum += qs[j];
     }
     r->d[b] = lm_f16_to_f32(lm_f32_to_f16(d));
@@ -127,10 +138,8 @@ static void quant_k(const float *x, act_row *r, int64_t b)
         return;
     }
     float iscale = -127.0f / max;
-    for (int j = 0; j < QK_K; j++) {
-        long v = lrintf(iscale * x[j]);
-        qs[j] = (int8_t)(v > 127 ? 127 : v);
-    }
+    for (int j = 0; j < QK_K; j++)
+        qs[j] = code8(nearbyintf(iscale * x[j]));
     r->d[b] = 1.0f / iscale;
 }
 

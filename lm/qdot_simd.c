@@ -15,19 +15,29 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
+/* CPUID for the instructions, XGETBV for the OS saving the registers. */
 int lm_cpu_isa(void)
 {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return LM_ISA_SCALAR;
+    int fma = (c >> 12) & 1, f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1;
+    if (!osxsave || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return LM_ISA_SCALAR;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    int ymm = (lo & 0x6) == 0x6, zmm = ymm && (lo & 0xe0) == 0xe0;
+    int avx2 = (b >> 5) & 1, avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) &&
+                                     ((b >> 31) & 1) && ((c >> 11) & 1);
+    if (zmm && avx512 && avx2 && fma && f16c)
         return LM_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (ymm && avx2 && fma && f16c)
         return LM_ISA_AVX2;
     return LM_ISA_SCALAR;
 }
@@ -266,29 +276,6 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #define GROUP 8
-
-/* Signed codes of blocks b and b+1 of Q4_0, Q5_0 or Q8_0. */
-AVX512 static inline __m512i codes2_b32(uint32_t t, const uint8_t *b0, size_t bs)
-{
-    const uint8_t *b1 = b0 + bs;
-    __m256i lo, hi;
-    if (t == LM_Q8_0) {
-        lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
-        hi = _mm256_loadu_si256((const __m256i *)(b1 + 2));
-        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    }
-    if (t == LM_Q4_0) {
-        lo = nibbles32(b0 + 2);
-        hi = nibbles32(b1 + 2);
-    } else { /* Q5_0 */
-        uint32_t h0, h1;
-        memcpy(&h0, b0 + 2, 4), memcpy(&h1, b1 + 2, 4);
-        lo = _mm256_or_si256(nibbles32(b0 + 6), bits32(h0));
-        hi = _mm256_or_si256(nibbles32(b1 + 6), bits32(h1));
-    }
-    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_sub_epi8(u, _mm512_set1_epi8((char)lm_code_offset(t)));
-}
 
 AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
 {

@@ -200,6 +200,15 @@ START_TEST(test_model_checks)
     gm_kv_str(&m, "general.architecture", "llama");
     expect_model_error(&m, "missing metadata key 'llama.embedding_length'");
     gm_free(&m);
+
+    gm_kv_str(&m, "general.architecture", "llama"); /* a huge layer count allocates nothing */
+    gm_kv_u32(&m, "llama.embedding_length", 32);
+    gm_kv_u32(&m, "llama.block_count", 1u << 30);
+    gm_kv_u32(&m, "llama.feed_forward_length", 64);
+    gm_kv_u32(&m, "llama.attention.head_count", 4);
+    gm_tensor(&m, "token_embd.weight", LM_F32, 32, 10, calloc(320, 4), 1280);
+    expect_model_error(&m, "block_count 1073741824 exceeds the 1 tensors");
+    gm_free(&m);
 }
 END_TEST
 

@@ -200,6 +200,10 @@ START_TEST(test_invalid_utf8)
     vclose(&f);
     ck_assert_int_eq((int)tok_utf8_valid_prefix("ab\xc3", 3), 2);
     ck_assert_int_eq((int)tok_utf8_valid_prefix("\xed\xa0\x80", 3), 0); /* surrogate */
+    ck_assert_int_eq((int)tok_utf8_valid_prefix("a\xe0\x9b\x96", 4), 1);  /* overlong U+06D6 */
+    ck_assert_int_eq((int)tok_utf8_valid_prefix("\xc0\x80", 2), 0);        /* overlong NUL */
+    ck_assert_int_eq((int)tok_utf8_valid_prefix("\xf4\x90\x80\x80", 4), 0); /* above U+10FFFF */
+    ck_assert_int_eq((int)tok_utf8_valid_prefix("\xdb\x96\xf0\x9f\xa6\x99", 6), 6);
 }
 END_TEST
 

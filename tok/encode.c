@@ -198,15 +198,21 @@ int spm_encode(const tok_vocab *v, const char *text, size_t len, tok_out *o)
     return merge_and_emit(v, text, len, o);
 }
 
-/* Re-encodes text as valid UTF-8 (invalid bytes -> U+FFFD, as llama.cpp). */
+/* Re-encodes text as valid UTF-8 (invalid bytes -> U+FFFD, as llama.cpp); code
+ * points UTF-8 cannot carry (surrogates, above U+10FFFF) also become U+FFFD,
+ * since the regex engine is promised valid UTF-8. */
 static char *sanitize_utf8(const char *text, size_t len, size_t *out_len)
 {
     char *s = malloc(3 * len + 1);
     if (!s)
         return NULL;
     size_t n = 0;
-    for (size_t i = 0; i < len;)
-        n += tok_utf8_put(tok_utf8_next(text, len, &i), s + n);
+    for (size_t i = 0; i < len;) {
+        uint32_t c = tok_utf8_next(text, len, &i);
+        if ((c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+            c = 0xfffd;
+        n += tok_utf8_put(c, s + n);
+    }
     *out_len = n;
     return s;
 }

@@ -67,15 +67,18 @@ size_t tok_utf8_put(uint32_t c, char *out)
     return 4;
 }
 
+/* Valid UTF-8 is the shortest encoding of a scalar value (no overlongs, no
+ * surrogates, nothing above U+10FFFF). */
 size_t tok_utf8_valid_prefix(const char *s, size_t len)
 {
+    static const uint32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
     size_t i = 0;
     while (i < len) {
         size_t j = i;
         uint32_t c = tok_utf8_next(s, len, &j);
         if (c == 0xfffd && !(j - i == 3 && !memcmp(s + i, "\xef\xbf\xbd", 3)))
             return i;
-        if ((c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+        if ((c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff || c < min_of_len[j - i])
             return i;
         i = j;
     }
