@@ -81,13 +81,16 @@ tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FOBJ)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) \
 	  -o $@ $^ -lpcre2-8 -lreadline -lm
 
-# make fuzz [FUZZ_TIME=seconds per target]: runs each target on its corpus.
+# make fuzz [FUZZ_TIME=seconds per target]: runs each target on its corpus;
+# new inputs go to FUZZ_OUT (default: the committed corpus itself).
+FUZZ_OUT ?= tests/fuzz/corpus
+
 fuzz: deps
 	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
-	  mkdir -p tests/fuzz/corpus/$$t; \
+	  mkdir -p $(FUZZ_OUT)/$$t; \
 	  echo "fuzz_$$t: $(FUZZ_TIME) s"; \
-	  KVCHAT_SHARED=$(SHARED) ./tests/fuzz/fuzz_$$t tests/fuzz/corpus/$$t -max_total_time=$(FUZZ_TIME) \
+	  KVCHAT_SHARED=$(SHARED) ./tests/fuzz/fuzz_$$t $(FUZZ_OUT)/$$t tests/fuzz/corpus/$$t -max_total_time=$(FUZZ_TIME) \
 	    -max_len=65536 -rss_limit_mb=4096 -timeout=30 -close_fd_mask=2 -print_final_stats=1 \
 	    2>&1 | grep -E "^(stat::|Done|==|SUMMARY|ERROR|INFO: (seed|loaded))|ERROR:" ; \
 	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
@@ -96,11 +99,18 @@ fuzz: deps
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
-# The whole suite: Check tests, which also run the reference judges of
-# $(SHARED)/tools (parity.py, tokcheck.py) against the binary.
+# The whole suite: a short fuzz of every target, the Check tests under
+# AddressSanitizer and UBSan, then the Check tests of the release build (last,
+# so their summary closes the output).  The Check tests also run the
+# reference judges of $(SHARED)/tools (parity.py, tokcheck.py).
+CHECK_FUZZ_TIME ?= 10
+
 check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
-	$(MAKE) --no-print-directory kvchat tests/run_tests
+	$(MAKE) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan
+	$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME) FUZZ_OUT=build/fuzz-corpus
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan
 	KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat ./tests/run_tests
 
 run: deps

@@ -233,6 +233,100 @@ START_TEST(test_cli_rejects)
 }
 END_TEST
 
+/* Builds a vocabulary-only file and expects tok_load to reject it with needle. */
+static void expect_vocab_error(gmodel *m, const char *needle)
+{
+    size_t len;
+    uint8_t *buf = gm_build(m, &len);
+    gguf_file g;
+    lm_err e = {{0}};
+    ck_assert_msg(gguf_parse(&g, "vocab.gguf", buf, len, &e) == 0, "%s", e.msg);
+    tok_vocab *v = tok_load(&g, &e);
+    ck_assert_msg(v == NULL, "bad vocabulary accepted ('%s')", needle);
+    ck_assert_msg(strstr(e.msg, needle), "message '%s' lacks '%s'", e.msg, needle);
+    gguf_close(&g);
+    free(buf);
+    gm_free(m);
+}
+
+START_TEST(test_hostile_vocabularies)
+{
+    static const char *const spm[] = {"<unk>", "<s>", "</s>", "a"}, *const dup[] = {"a", "b", "a"};
+    static const char *const bpe[] = {"a", "b", "ab"}, *const merges[] = {"a b", "a c"};
+    static const int32_t types[] = {2, 3, 3, 1};
+    gmodel m = {0};
+    gm_kv_str(&m, "tokenizer.ggml.model", "llama");
+    gm_kv_strs(&m, "tokenizer.ggml.tokens", spm, 4);
+    gm_kv_u32(&m, "tokenizer.ggml.bos_token_id", 99);
+    expect_vocab_error(&m, "bos_token_id = 99 is out of range");
+
+    gm_kv_str(&m, "tokenizer.ggml.model", "llama");
+    gm_kv_strs(&m, "tokenizer.ggml.tokens", dup, 3);
+    expect_vocab_error(&m, "duplicate token");
+
+    gm_kv_str(&m, "tokenizer.ggml.model", "llama");
+    gm_kv_strs(&m, "tokenizer.ggml.tokens", spm, 4);
+    gm_kv_i32s(&m, "tokenizer.ggml.token_type", types, 3);
+    expect_vocab_error(&m, "token_type must be an array");
+
+    gm_kv_str(&m, "tokenizer.ggml.model", "gpt2");
+    gm_kv_str(&m, "tokenizer.ggml.pre", "gpt-2");
+    gm_kv_strs(&m, "tokenizer.ggml.tokens", bpe, 3);
+    gm_kv_strs(&m, "tokenizer.ggml.merges", merges, 2);
+    expect_vocab_error(&m, "merge 1 ('a c') names a token that is not in the vocabulary");
+
+    gm_kv_str(&m, "tokenizer.ggml.model", "gpt2");
+    gm_kv_str(&m, "tokenizer.ggml.pre", "klingon");
+    gm_kv_strs(&m, "tokenizer.ggml.tokens", bpe, 3);
+    gm_kv_strs(&m, "tokenizer.ggml.merges", merges, 1);
+    expect_vocab_error(&m, "unknown pre-tokenizer type 'klingon'");
+
+    gm_kv_str(&m, "tokenizer.ggml.model", "wordpiece");
+    expect_vocab_error(&m, "unsupported tokenizer model 'wordpiece'");
+
+    gm_kv_str(&m, "general.architecture", "llama");
+    expect_vocab_error(&m, "tokenizer.ggml.model is missing");
+}
+END_TEST
+
+/* NaN and Inf block scales in quantized weights: evaluation and sampling run. */
+START_TEST(test_nan_scales_run)
+{
+    size_t len;
+    uint8_t *buf = tiny_llama(&len, 0);
+    gguf_file g;
+    lm_err e;
+    ck_assert(gguf_parse(&g, "t", buf, len, &e) == 0);
+    /* rewrite blk.0.ffn_up (F32 [32, 64]) as Q8_0 in place: 64 rows x 1 block of 34 bytes
+       fit in its 8 KiB, with NaN, +Inf and ordinary scales */
+    const gguf_tensor *t = gguf_find_tensor(&g, "blk.0.ffn_up.weight");
+    uint8_t *data = buf + g.data_off + t->offset;
+    for (int r = 0; r < 64; r++) {
+        uint16_t d = r % 3 == 0 ? 0x7e00 : r % 3 == 1 ? 0x7c00 : 0x2000;
+        memcpy(data + 34 * r, &d, 2);
+        for (int j = 0; j < 32; j++)
+            data[34 * r + 2 + j] = (uint8_t)(j * 7);
+    }
+    size_t info = 0; /* the type field follows the name, n_dims and two dims */
+    for (size_t i = 8; i + 20 < len; i++)
+        if (!memcmp(buf + i, "blk.0.ffn_up.weight", 19)) {
+            info = i + 19 + 4 + 16;
+            break;
+        }
+    ck_assert(info);
+    uint32_t q8 = LM_Q8_0;
+    memcpy(buf + info, &q8, 4);
+    gguf_close(&g);
+    char *p = tmp_path("nan.gguf");
+    write_file(p, buf, len);
+    char *out, *err;
+    char *argv[] = {(char *)kvchat_bin(), "complete", "-m", p, "-p", "the cat", "-n", "6", "-s", "1", NULL};
+    int rc = run_cmd(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    free(out), free(err), free(p), free(buf);
+}
+END_TEST
+
 TCase *tcase_gguf(void)
 {
     TCase *tc = tcase_create("gguf");
@@ -243,5 +337,7 @@ TCase *tcase_gguf(void)
     tcase_add_test(tc, test_corrupt_headers);
     tcase_add_test(tc, test_model_checks);
     tcase_add_test(tc, test_cli_rejects);
+    tcase_add_test(tc, test_hostile_vocabularies);
+    tcase_add_test(tc, test_nan_scales_run);
     return tc;
 }

@@ -119,6 +119,11 @@ static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
             m.b = sp + 1;
             m.lb = (uint32_t)(len - m.la - 1);
         }
+        if (sp && (tok_lookup(v, m.a, m.la) < 0 || tok_lookup(v, m.b, m.lb) < 0)) {
+            lm_seterr(e, "%s: merge %llu ('%.*s') names a token that is not in the vocabulary", g->path,
+                      (unsigned long long)r, (int)(len > 40 ? 40 : len), s);
+            return -1;
+        }
         uint32_t i = tok_hash(m.b, m.lb, tok_hash(m.a, m.la, 0)) & mask;
         int dup = 0;
         for (; v->merges[i].rank >= 0 && !dup; i = (i + 1) & mask) {
