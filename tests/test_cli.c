@@ -5,6 +5,8 @@
  */
 #include "util.h"
 
+#include <sys/wait.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +140,24 @@ START_TEST(test_man_page_covers_help)
 }
 END_TEST
 
+/* A full disk is an error with a message; a closed pipe ends the run by SIGPIPE. */
+START_TEST(test_write_failures)
+{
+    char *mp = shared_path("models/stories260K.gguf");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s complete -m %s -p 'Once upon a time' -n 20 > /dev/full 2> /dev/null",
+             kvchat_bin(), mp);
+    int st = system(cmd);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "full disk: status %d", st);
+    snprintf(cmd, sizeof cmd, "printf 'Once upon a time\\nOne day\\n' | %s -m %s -n 200 | head -c 3 > /dev/null;"
+             " exit ${PIPESTATUS[1]}", kvchat_bin(), mp);
+    char *argv[] = {"/bin/bash", "-c", cmd, NULL};
+    int rc = run_cmd(argv, NULL, NULL, NULL);
+    ck_assert_msg(rc == 0 || rc == 141, "closed pipe: status %d", rc); /* never a crash */
+    free(mp);
+}
+END_TEST
+
 TCase *tcase_cli(void)
 {
     TCase *tc = tcase_create("cli");
@@ -148,5 +168,6 @@ TCase *tcase_cli(void)
     tcase_add_test(tc, test_help_version);
     tcase_add_test(tc, test_logits_bad_ids);
     tcase_add_test(tc, test_man_page_covers_help);
+    tcase_add_test(tc, test_write_failures);
     return tc;
 }
