@@ -33,15 +33,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static uint64_t seed_of(const cli_opts *o)
-{
-    if (o->seed_set)
-        return o->sampling.seed;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-}
-
 /* The template: --chat-template, else the GGUF's, else raw. */
 static int pick_family(const cli_opts *o, const lm_model *m)
 {
@@ -74,7 +65,7 @@ int chat_open(chat *c, const cli_opts *o, volatile int *interrupt)
     lm_err e = {{0}};
     c->family = pick_family(o, &c->model);
     c->sampling = o->sampling;
-    c->sampling.seed = seed_of(o);
+    c->sampling.seed = cli_seed(o);
     c->n_predict = o->n_predict;
     c->context_shift = !o->no_context_shift;
     c->show_stats = o->stats;

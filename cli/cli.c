@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 int cli_read_file(const char *path, char **buf, size_t *len)
 {
@@ -63,6 +65,16 @@ int cli_open_model(const cli_opts *o, lm_model *m, tok_vocab **v)
         return EXIT_ERR;
     }
     return 0;
+}
+
+/* -s, or a fresh seed from the clock and the pid (as llama-cli's random default). */
+uint64_t cli_seed(const cli_opts *o)
+{
+    if (o->seed_set)
+        return o->sampling.seed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
 }
 
 int cli_ctx_size(const cli_opts *o, const lm_model *m)

@@ -42,6 +42,7 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_read_file(const char *path, char **buf, size_t *len);
 int cli_open_model(const cli_opts *o, lm_model *m, tok_vocab **v);
 int cli_ctx_size(const cli_opts *o, const lm_model *m);
+uint64_t cli_seed(const cli_opts *o);
 
 /* ---- the conversation (chat.c) ---- */
 
@@ -131,6 +132,8 @@ void session_output(session *s, const char *command, const char *text);
 int session_turn(session *s, const char *text, size_t len, char *err, size_t errlen);
 
 int cmd_chat(const cli_opts *o);
+/* Runs a script (the -f grammar) on an open chat; for tests and fuzzing. */
+int cli_run_script(chat *c, FILE *f, const char *name, int json);
 int cmd_bench(const cli_opts *o);
 int cmd_info(const cli_opts *o);
 int cmd_tokenize(const cli_opts *o);

@@ -20,15 +20,6 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
-static uint64_t pick_seed(const cli_opts *o)
-{
-    if (o->seed_set)
-        return o->sampling.seed;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-}
-
 static int load_prompt(const cli_opts *o, char **text, size_t *len)
 {
     if (o->prompt) {
@@ -55,7 +46,7 @@ static int emit(tok_stream *st, const char *piece, size_t len)
 static int generate(const cli_opts *o, kv_context *c, const tok_vocab *v)
 {
     lm_sampling sp = o->sampling;
-    sp.seed = pick_seed(o);
+    sp.seed = cli_seed(o);
     lm_sampler *s = lm_sampler_new(&sp, c->model->hp.n_vocab);
     if (!s)
         return cli_error("out of memory for the sampler");

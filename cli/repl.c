@@ -375,6 +375,15 @@ static int interactive(session *s)
     return rc;
 }
 
+int cli_run_script(chat *c, FILE *f, const char *name, int json)
+{
+    session s = {c, json, 0, 0, 1, 0, name, 0};
+    input in = {f, NULL, 0};
+    int rc = run_loop(&s, &in);
+    free(in.line);
+    return rc;
+}
+
 int cmd_chat(const cli_opts *o)
 {
     chat c;

@@ -97,6 +97,17 @@ static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il
     return tmp;
 }
 
+/* scores[lo..hi] = exp(score - mx); returns 1 / their sum (summed in double, as ggml). */
+float lm_softmax_exp(float *scores, int lo, int hi, float mx)
+{
+    double sum = 0.0;
+    for (int j = lo; j <= hi; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    return (float)(1.0 / sum);
+}
+
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
                     float *out, float *scores, float *tmp, int isa)
 {
@@ -120,12 +131,7 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    double sum = 0.0;
-    for (int j = lo; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
-    float inv = (float)(1.0 / sum);
+    float inv = lm_softmax_exp(scores, lo, pos, mx);
     memset(out, 0, (size_t)hdv * sizeof *out);
     for (int j = lo; j <= pos; j++) {
         const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);

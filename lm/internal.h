@@ -108,6 +108,7 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
                      float *scores, float *out);
+float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_gelu(const lm_model *m, float x);
 int lm_gelu_table_init(lm_model *m);
 

@@ -595,12 +595,7 @@ AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, con
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    double sum = 0.0;
-    for (int j = lo; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
-    float inv = (float)(1.0 / sum);
+    float inv = lm_softmax_exp(scores, lo, pos, mx);
     for (int i = 0; i < hdv / 16; i++)
         o[i] = _mm512_setzero_ps();
     for (int j = lo; j <= pos; j++) {

@@ -239,42 +239,26 @@ static void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
     }
 }
 
-static void deq_q4_k(const uint8_t *b, float *y)
+/* Q4_K and Q5_K (qh != NULL: the fifth bit of code l of pair j is bit 2j or 2j+1 of qh[l]). */
+static void deq_q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *ql, float *y)
 {
     float d = half_at(b), dmin = half_at(b + 2);
-    const uint8_t *scales = b + 4, *q = b + 16;
+    const uint8_t *scales = b + 4;
     for (int j = 0; j < 8; j += 2) {
         uint8_t s0, m0, s1, m1;
         k4_scale_min(j, scales, &s0, &m0);
         k4_scale_min(j + 1, scales, &s1, &m1);
         float d1 = d * s0, m1f = dmin * m0, d2 = d * s1, m2f = dmin * m1;
         for (int l = 0; l < 32; l++)
-            *y++ = d1 * (float)(q[l] & 0xf) - m1f;
+            *y++ = d1 * (float)((ql[l] & 0xf) + (qh && ((qh[l] >> j) & 1) ? 16 : 0)) - m1f;
         for (int l = 0; l < 32; l++)
-            *y++ = d2 * (float)(q[l] >> 4) - m2f;
-        q += 32;
+            *y++ = d2 * (float)((ql[l] >> 4) + (qh && ((qh[l] >> (j + 1)) & 1) ? 16 : 0)) - m2f;
+        ql += 32;
     }
 }
 
-static void deq_q5_k(const uint8_t *b, float *y)
-{
-    float d = half_at(b), dmin = half_at(b + 2);
-    const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < 8; j += 2) {
-        uint8_t s0, m0, s1, m1;
-        k4_scale_min(j, scales, &s0, &m0);
-        k4_scale_min(j + 1, scales, &s1, &m1);
-        float d1 = d * s0, m1f = dmin * m0, d2 = d * s1, m2f = dmin * m1;
-        for (int l = 0; l < 32; l++)
-            *y++ = d1 * (float)((ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0)) - m1f;
-        for (int l = 0; l < 32; l++)
-            *y++ = d2 * (float)((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2f;
-        ql += 32;
-        u1 <<= 2;
-        u2 <<= 2;
-    }
-}
+static void deq_q4_k(const uint8_t *b, float *y) { deq_q45_k(b, NULL, b + 16, y); }
+static void deq_q5_k(const uint8_t *b, float *y) { deq_q45_k(b, b + 16, b + 48, y); }
 
 static void deq_q6_k(const uint8_t *b, float *y)
 {
