@@ -118,10 +118,13 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
     int lo = 0;
     if (lm_layer_swa(m, il) && pos - hp->sliding_window + 1 > 0)
         lo = pos - hp->sliding_window + 1;
-    if (isa >= LM_ISA_AVX512 && kv->type == LM_KV_F32 &&
-        lm_attend_avx512(q, row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd, (size_t)kv->k_dim,
-                         row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv, (size_t)kv->v_dim,
-                         lo, pos, hd, hdv, scale, cap, scores, out))
+    const int f16 = kv->type == LM_KV_F16;
+    const void *k0 = f16 ? (const void *)(row_f16(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd)
+                         : (const void *)(row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd);
+    const void *v0 = f16 ? (const void *)(row_f16(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv)
+                         : (const void *)(row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv);
+    if (isa >= LM_ISA_AVX512 && lm_attend_avx512(q, k0, (size_t)kv->k_dim, v0, (size_t)kv->v_dim, lo,
+                                                 pos, hd, hdv, scale, cap, scores, out, f16))
         return;
     float mx = -INFINITY;
     for (int j = lo; j <= pos; j++) {

@@ -105,9 +105,9 @@ void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
 /* One query head at pos against the cache of layer il; scores: n_ctx floats, tmp: head_dim. */
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
                     float *out, float *scores, float *tmp, int isa);
-int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
-                     float *scores, float *out);
+                     float *scores, float *out, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_gelu(const lm_model *m, float x);
 int lm_gelu_table_init(lm_model *m);

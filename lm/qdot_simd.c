@@ -574,9 +574,17 @@ int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a
  * the portable lm_attend_head, with the two inner loops vectorized; it is
  * used for every batch shape, so evaluation stays deterministic.
  */
-AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+/* 16 cache values as f32: from an f32 row, or converted (exactly) from an f16 one. */
+AVX512 static inline __m512 kv16(const void *base, size_t off, int f16)
+{
+    if (f16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)));
+    return _mm512_loadu_ps((const float *)base + off);
+}
+
+AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
                             size_t vstride, int lo, int pos, int hd, int hdv, float scale,
-                            float cap, float *scores, float *out)
+                            float cap, float *scores, float *out, int f16)
 {
     if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256)
         return 0;
@@ -585,10 +593,10 @@ AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, con
         qv[i] = _mm512_loadu_ps(q + 16 * i);
     float mx = -__builtin_inff();
     for (int j = lo; j <= pos; j++) {
-        const float *kj = k0 + (size_t)j * kstride;
-        __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+        size_t kj = (size_t)j * kstride;
+        __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
         for (int i = 1; i < hd / 16; i++)
-            acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kj + 16 * i), acc);
+            acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
         float s = hsum16_avx512(acc) * scale;
         if (cap > 0)
             s = cap * tanhf(s / cap);
@@ -599,10 +607,10 @@ AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, con
     for (int i = 0; i < hdv / 16; i++)
         o[i] = _mm512_setzero_ps();
     for (int j = lo; j <= pos; j++) {
-        const float *vj = v0 + (size_t)j * vstride;
+        size_t vj = (size_t)j * vstride;
         __m512 w = _mm512_set1_ps(scores[j] * inv);
         for (int i = 0; i < hdv / 16; i++)
-            o[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), o[i]);
+            o[i] = _mm512_fmadd_ps(w, kv16(v0, vj + 16 * (size_t)i, f16), o[i]);
     }
     for (int i = 0; i < hdv / 16; i++)
         _mm512_storeu_ps(out + 16 * i, o[i]);
@@ -610,12 +618,12 @@ AVX512 int lm_attend_avx512(const float *q, const float *k0, size_t kstride, con
 }
 
 #else
-int lm_attend_avx512(const float *q, const float *k0, size_t kstride, const float *v0,
+int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
-                     float *scores, float *out)
+                     float *scores, float *out, int f16)
 {
     (void)q, (void)k0, (void)kstride, (void)v0, (void)vstride, (void)lo, (void)pos, (void)hd;
-    (void)hdv, (void)scale, (void)cap, (void)scores, (void)out;
+    (void)hdv, (void)scale, (void)cap, (void)scores, (void)out, (void)f16;
     return 0;
 }
 #endif

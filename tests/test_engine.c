@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Reference model directories whose architecture we support, sorted. */
 static int ref_dirs(char ***out)
@@ -318,6 +319,41 @@ START_TEST(test_sliding_window)
 }
 END_TEST
 
+/* End to end, the scalar path and the machine's fastest give the same bytes (f32 and f16 cache). */
+START_TEST(test_fast_paths_end_to_end)
+{
+    static const char *const models[] = {"llama-t512-Q4_K_M", "qwen2-t512-Q5_0", "gemma3-t512-Q6_K",
+                                         "phi3-t512-Q4_0", "llama-t512-Q3_K"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char rel[200];
+        snprintf(rel, sizeof rel, "reference/%s/model.gguf", models[i]);
+        char *mp = shared_path(rel);
+        snprintf(rel, sizeof rel, "reference/%s/B.tokens.txt", models[i]);
+        char *ids = shared_path(rel);
+        if (access(mp, R_OK)) { /* not every type is in every corpus */
+            free(mp), free(ids);
+            continue;
+        }
+        for (int f16 = 0; f16 < 2; f16++) {
+            char *o1 = tmp_path("e1.f32"), *o2 = tmp_path("e2.f32");
+            char *a[] = {(char *)kvchat_bin(), "logits", "-m", mp, "--ids-file", ids, "-o", o1,
+                         "--kv-type", f16 ? "f16" : "f32", NULL};
+            ck_assert_int_eq(run_cmd(a, NULL, NULL, NULL), 0);
+            setenv("KVCHAT_ISA", "scalar", 1);
+            a[7] = o2;
+            ck_assert_int_eq(run_cmd(a, NULL, NULL, NULL), 0);
+            unsetenv("KVCHAT_ISA");
+            size_t l1, l2;
+            char *b1 = slurp(o1, &l1), *b2 = slurp(o2, &l2);
+            ck_assert_msg(l1 == l2 && l1 > 0 && !memcmp(b1, b2, l1), "%s %s: fast != scalar", models[i],
+                          f16 ? "f16" : "f32");
+            free(b1), free(b2), free(o1), free(o2);
+        }
+        free(mp), free(ids);
+    }
+}
+END_TEST
+
 TCase *tcase_engine(void)
 {
     TCase *tc = tcase_create("engine");
@@ -328,5 +364,6 @@ TCase *tcase_engine(void)
     tcase_add_test(tc, test_stories_text);
     tcase_add_test(tc, test_cli_logits_identical);
     tcase_add_test(tc, test_sliding_window);
+    tcase_add_test(tc, test_fast_paths_end_to_end);
     return tc;
 }
