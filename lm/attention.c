@@ -97,14 +97,44 @@ static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il
     return tmp;
 }
 
-/* scores[lo..hi] = exp(score - mx); returns 1 / their sum (summed in double, as ggml). */
+float lm_expf(float x)
+{
+    if (x < EXP_UNDER)
+        return 0.0f;
+    if (x > EXP_OVER)
+        return INFINITY;
+    float z = fmaf(x, EXP_LOG2E, EXP_SHIFT), n = z - EXP_SHIFT;
+    float r = fmaf(n, -EXP_LN2_HI, x);
+    r = fmaf(n, -EXP_LN2_LO, r);
+    float p = fmaf(EXP_C6, r, EXP_C5);
+    p = fmaf(p, r, EXP_C4);
+    p = fmaf(p, r, EXP_C3);
+    p = fmaf(p, r, EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    uint32_t zb, sb;
+    memcpy(&zb, &z, 4);
+    sb = (zb << 23) + 0x3f800000u; /* 2^n: n sits in the low bits of z */
+    float scale;
+    memcpy(&scale, &sb, 4);
+    return p * scale;
+}
+
+/*
+ * scores[lo..hi] = exp(score - mx); returns 1 / their sum.  The sum is kept
+ * in double in 16 interleaved partial sums (key j in partial (j - lo) % 16)
+ * added in order at the end: the layout of the AVX-512 version.
+ */
 float lm_softmax_exp(float *scores, int lo, int hi, float mx)
 {
-    double sum = 0.0;
+    double part[16] = {0};
     for (int j = lo; j <= hi; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
+        scores[j] = lm_expf(scores[j] - mx);
+        part[(j - lo) % 16] += scores[j];
     }
+    double sum = 0.0;
+    for (int i = 0; i < 16; i++)
+        sum += part[i];
     return (float)(1.0 / sum);
 }
 
@@ -134,7 +164,8 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    float inv = lm_softmax_exp(scores, lo, pos, mx);
+    float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
+                                     : lm_softmax_exp(scores, lo, pos, mx);
     memset(out, 0, (size_t)hdv * sizeof *out);
     for (int j = lo; j <= pos; j++) {
         const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);

@@ -109,6 +109,26 @@ int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void 
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
                      float *scores, float *out, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
+float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
+float lm_expf(float x);
+
+/*
+ * exp(x) = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 (ln 2 split in
+ * two so n ln 2 is exact), e^r by its Taylor series to r^6 (|r| <= ln2 / 2:
+ * under 2 ulp).  The scalar and AVX-512 versions run the same operations in
+ * the same order, so attention gives the same bytes on every path.
+ */
+#define EXP_LOG2E 0x1.715476p+0f
+#define EXP_SHIFT 0x1.8p23f /* adding it rounds to an integer, kept in the low bits */
+#define EXP_LN2_HI 0x1.62e4p-1f
+#define EXP_LN2_LO 0x1.7f7d1cp-20f
+#define EXP_UNDER -87.33f /* below: 0 (ggml's values here are denormal or 0) */
+#define EXP_OVER 88.37f /* above: inf (n would pass 127; softmax only meets x <= 0) */
+#define EXP_C6 (1.0f / 720)
+#define EXP_C5 (1.0f / 120)
+#define EXP_C4 (1.0f / 24)
+#define EXP_C3 (1.0f / 6)
+#define EXP_C2 0.5f
 float lm_gelu(const lm_model *m, float x);
 int lm_gelu_table_init(lm_model *m);
 

@@ -582,6 +582,89 @@ AVX512 static inline __m512 kv16(const void *base, size_t off, int f16)
     return _mm512_loadu_ps((const float *)base + off);
 }
 
+/* lm_expf on 16 lanes: the same operations in the same order. */
+AVX512 static inline __m512 exp16_avx512(__m512 x)
+{
+    __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(EXP_LOG2E), _mm512_set1_ps(EXP_SHIFT));
+    __m512 n = _mm512_sub_ps(z, _mm512_set1_ps(EXP_SHIFT));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_LO), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_C6), r, _mm512_set1_ps(EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i sb = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(z), 23),
+                                  _mm512_set1_epi32(0x3f800000));
+    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(sb));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_UNDER), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_OVER), _CMP_GT_OQ),
+                              _mm512_set1_ps(__builtin_inff()));
+}
+
+/* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */
+AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
+{
+    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
+    int j = lo;
+    for (; j + 16 <= hi + 1; j += 16) {
+        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx)));
+        _mm512_storeu_ps(scores + j, e);
+        lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    double part[16];
+    _mm512_storeu_pd(part, lo8);
+    _mm512_storeu_pd(part + 8, hi8);
+    for (; j <= hi; j++) {
+        scores[j] = lm_expf(scores[j] - mx);
+        part[(j - lo) % 16] += scores[j];
+    }
+    double sum = 0.0;
+    for (int i = 0; i < 16; i++)
+        sum += part[i];
+    return (float)(1.0 / sum);
+}
+
+/* Two vectors folded lane-wise: chunks (imm) of a and b, plus the other chunks. */
+#define FOLD4(a, b, i1, i2) \
+    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, i1), _mm512_shuffle_f32x4(a, b, i2))
+#define FOLD1(a, b, i1, i2) _mm512_add_ps(_mm512_shuffle_ps(a, b, i1), _mm512_shuffle_ps(a, b, i2))
+
+/*
+ * The 16 horizontal sums of acc[0..15] at once, each by exactly the tree of
+ * hsum16_avx512 (halves, quarters, then (0+2) + (1+3)), so a score does not
+ * depend on whether its key was reduced alone or in a group.  Lane 4k+l of
+ * the result is the sum of acc[4l+k]: callers fill acc in that order.
+ */
+AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
+{
+    __m512 b[8], c[4], d[2];
+    for (int m = 0; m < 8; m++) /* lanes 0-7: acc[2m] halves added; 8-15: acc[2m+1] */
+        b[m] = FOLD4(acc[2 * m], acc[2 * m + 1], 0x44, 0xEE);
+    for (int m = 0; m < 4; m++) /* chunk k: quarters of acc[4m+k] added */
+        c[m] = FOLD4(b[2 * m], b[2 * m + 1], 0x88, 0xDD);
+    for (int m = 0; m < 2; m++) /* chunk k: (0+2, 1+3) of acc[8m+k], then of acc[8m+4+k] */
+        d[m] = FOLD1(c[2 * m], c[2 * m + 1], 0x44, 0xEE);
+    return FOLD1(d[0], d[1], 0x88, 0xDD);
+}
+
+/* Scores of the 16 keys j..j+15 (q . k * scale) into scores[j..j+15]. */
+AVX512 static inline void scores16(const __m512 *qv, const void *k0, size_t kstride, int j,
+                                   int hd, float scale, int f16, float *scores)
+{
+    __m512 acc[16];
+    for (int s = 0; s < 16; s++) {
+        size_t kj = (size_t)(j + 4 * (s % 4) + s / 4) * kstride;
+        acc[s] = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
+        for (int i = 1; i < hd / 16; i++)
+            acc[s] = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc[s]);
+    }
+    _mm512_storeu_ps(scores + j, _mm512_mul_ps(hsum16x16_avx512(acc), _mm512_set1_ps(scale)));
+}
+
 AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
                             size_t vstride, int lo, int pos, int hd, int hdv, float scale,
                             float cap, float *scores, float *out, int f16)
@@ -592,18 +675,24 @@ AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, cons
     for (int i = 0; i < hd / 16; i++)
         qv[i] = _mm512_loadu_ps(q + 16 * i);
     float mx = -__builtin_inff();
+    int j16 = lo;
+    for (; j16 + 16 <= pos + 1; j16 += 16)
+        scores16(qv, k0, kstride, j16, hd, scale, f16, scores);
     for (int j = lo; j <= pos; j++) {
-        size_t kj = (size_t)j * kstride;
-        __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
-        for (int i = 1; i < hd / 16; i++)
-            acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
-        float s = hsum16_avx512(acc) * scale;
+        float s = scores[j];
+        if (j >= j16) {
+            size_t kj = (size_t)j * kstride;
+            __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
+            for (int i = 1; i < hd / 16; i++)
+                acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
+            s = hsum16_avx512(acc) * scale;
+        }
         if (cap > 0)
             s = cap * tanhf(s / cap);
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    float inv = lm_softmax_exp(scores, lo, pos, mx);
+    float inv = lm_softmax_exp_avx512(scores, lo, pos, mx);
     for (int i = 0; i < hdv / 16; i++)
         o[i] = _mm512_setzero_ps();
     for (int j = lo; j <= pos; j++) {
@@ -618,6 +707,11 @@ AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, cons
 }
 
 #else
+float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
+{
+    return lm_softmax_exp(scores, lo, hi, mx);
+}
+
 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
                      float *scores, float *out, int f16)

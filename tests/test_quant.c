@@ -402,6 +402,79 @@ START_TEST(test_fast_paths_bitwise)
 }
 END_TEST
 
+/* Our exp is within 2 ulp of the true value, and exact at the edges softmax meets. */
+START_TEST(test_expf)
+{
+    for (int i = 0; i <= 400000; i++) {
+        float x = -90.0f + (float)i * (180.0f / 400000);
+        float got = lm_expf(x);
+        double want = exp((double)x);
+        if (x < -87.33f) {
+            ck_assert_msg(got == 0.0f, "exp(%a) = %a, want 0", x, got);
+            continue;
+        }
+        if (x > 88.37f) {
+            ck_assert_msg(isinf(got), "exp(%a) = %a, want inf", x, got);
+            continue;
+        }
+        double ulp = want < 0x1p-126 ? 0x1p-149 : want * 0x1p-23;
+        ck_assert_msg(fabs(got - want) <= 2 * ulp, "exp(%a) = %a, want %a", x, got, want);
+    }
+    ck_assert(lm_expf(0.0f) == 1.0f);
+    ck_assert(lm_expf(-INFINITY) == 0.0f);
+    ck_assert(isnan(lm_expf(NAN)));
+}
+END_TEST
+
+/* Portable attention of one head, step for step as lm_attend_head without the fast path. */
+static void attend_ref(const float *q, const float *k, const float *v, int lo, int pos, int hd,
+                       float scale, float cap, float *scores, float *out)
+{
+    float mx = -INFINITY;
+    for (int j = lo; j <= pos; j++) {
+        float s = lm_dot_f_scalar(q, k + (size_t)j * hd, hd) * scale;
+        if (cap > 0)
+            s = cap * tanhf(s / cap);
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    float inv = lm_softmax_exp(scores, lo, pos, mx);
+    for (int i = 0; i < hd; i++)
+        out[i] = 0.0f;
+    for (int j = lo; j <= pos; j++)
+        for (int i = 0; i < hd; i++)
+            out[i] = fmaf(scores[j] * inv, v[(size_t)j * hd + i], out[i]);
+}
+
+/* The AVX-512 attention (16 keys a step, vector exp) gives the portable bytes. */
+START_TEST(test_attention_fast_bitwise)
+{
+    enum { N = 53, HD = 128 };
+    static float k[N * HD], v[N * HD], q[HD], s1[N], s2[N], o1[HD], o2[HD];
+    static uint16_t k16[N * HD], v16[N * HD];
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    for (int i = 0; i < N * HD; i++) {
+        k16[i] = lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f), k[i] = lm_f16_to_f32(k16[i]);
+        v16[i] = lm_f32_to_f16(cosf((float)i * 0.21f)), v[i] = lm_f16_to_f32(v16[i]);
+    }
+    for (int i = 0; i < HD; i++)
+        q[i] = sinf((float)i * 1.3f);
+    for (int hd = 64; hd <= HD; hd += 64)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (int lo = 0; lo < 20; lo += 7)
+                for (int pos = lo; pos < N; pos += 3) {
+                    float cap = pos % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
+                    attend_ref(q, k, v, lo, pos, hd, sc, cap, s1, o1);
+                    ck_assert(lm_attend_avx512(q, f16 ? (void *)k16 : k, (size_t)hd,
+                                               f16 ? (void *)v16 : v, (size_t)hd, lo, pos, hd, hd,
+                                               sc, cap, s2, o2, f16));
+                    ck_assert_msg(!memcmp(o1, o2, (size_t)hd * 4), "hd %d f16 %d lo %d pos %d", hd,
+                                  f16, lo, pos);
+                }
+}
+END_TEST
+
 /* Q8_K follows llama.cpp: scale from the signed extreme, codes clamp at 127. */
 START_TEST(test_q8k_activation)
 {
@@ -449,6 +522,8 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_type_table);
     tcase_add_test(tc, test_int_dot_matches_dequant);
     tcase_add_test(tc, test_fast_paths_bitwise);
+    tcase_add_test(tc, test_expf);
+    tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_q8k_activation);
     return tc;
 }
