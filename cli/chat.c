@@ -276,7 +276,8 @@ static int generate(chat *c, reply *r, reply_sink *sink, lm_err *e)
             break;
         size_t len;
         const char *piece = tok_piece(c->vocab, t, 0, &len);
-        g++;
+        if (g++ == 0)
+            c->last.ttft_ms = now_ms() - c->turn_t0;
         if (reply_append(r, piece, len, stops, sink))
             return lm_seterr(e, "out of memory"), -1;
         if (r->stopped)
@@ -304,6 +305,7 @@ int chat_reply(chat *c, reply_sink *sink, lm_err *e)
     int32_t *ids;
     int n;
     memset(&c->last, 0, sizeof c->last);
+    c->turn_t0 = now_ms();
     if (fitting_prompt(c, &ids, &n, e))
         return -1;
     double t0 = now_ms();

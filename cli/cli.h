@@ -56,6 +56,7 @@ typedef struct chat_message {
 typedef struct turn_stats {
     int prompt, reused, decoded, generated, n_past;
     double prefill_ms, gen_tps;
+    double ttft_ms; /* turn start (render, tokenize) to the first token sampled */
 } turn_stats;
 
 /* Where a reply's text goes as it is generated. */
@@ -77,6 +78,7 @@ typedef struct chat {
     int n_predict, context_shift, show_stats;
     volatile int *interrupt;
     turn_stats last;
+    double turn_t0;             /* when the current turn started (ms) */
     int turns;                  /* replies generated so far */
 } chat;
 

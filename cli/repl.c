@@ -131,8 +131,8 @@ static void sink_write(void *ud, const char *p, size_t n)
 static void print_stats(const chat *c)
 {
     const turn_stats *t = &c->last;
-    fprintf(stderr, "[stats] prompt=%d reused=%d decoded=%d generated=%d n_past=%d prefill_ms=%.1f gen_tps=%.1f\n",
-            t->prompt, t->reused, t->decoded, t->generated, t->n_past, t->prefill_ms, t->gen_tps);
+    fprintf(stderr, "[stats] prompt=%d reused=%d decoded=%d generated=%d n_past=%d prefill_ms=%.1f ttft_ms=%.1f gen_tps=%.1f\n",
+            t->prompt, t->reused, t->decoded, t->generated, t->n_past, t->prefill_ms, t->ttft_ms, t->gen_tps);
 }
 
 static void finish_reply(session *s, gather *g)

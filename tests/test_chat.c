@@ -127,6 +127,33 @@ START_TEST(test_delta_only)
 }
 END_TEST
 
+/* --stats: one line a turn whose counts add up and whose times are ordered. */
+START_TEST(test_stats_line)
+{
+    char *m = stories();
+    char *argv[] = {(char *)kvchat_bin(), "-m", m, "--temp", "0", "-n", "8", "-t", "1", "--stats", NULL};
+    char *out, *err;
+    ck_assert_int_eq(run_cmd(argv, "Once upon a time\nOne day\n", &out, &err), 0);
+    const char *p = err;
+    for (int t = 0; t < 2; t++) {
+        p = strstr(p, "[stats] ");
+        ck_assert_msg(p, "turn %d: no stats line in [%s]", t, err);
+        int P, R, D, G, N;
+        double pre, ttft, tps;
+        ck_assert_int_eq(sscanf(p, "[stats] prompt=%d reused=%d decoded=%d generated=%d n_past=%d "
+                                   "prefill_ms=%lf ttft_ms=%lf gen_tps=%lf",
+                                &P, &R, &D, &G, &N, &pre, &ttft, &tps), 8);
+        ck_assert_int_eq(R + D, P);
+        ck_assert_int_eq(N, P + G);
+        ck_assert_int_eq(G, 8);
+        ck_assert_msg(pre >= 0 && ttft >= pre && tps > 0, "times: prefill %g ttft %g tps %g", pre, ttft, tps);
+        ck_assert(t == 0 ? R == 0 : R > 0);
+        p++;
+    }
+    free(out), free(err), free(m);
+}
+END_TEST
+
 /* Adds "/add ROLE TEXT" with TEXT escaped for the command's \n, \t, \\ rules. */
 static void add_line(char *dst, const char *role, const char *text)
 {
@@ -390,5 +417,6 @@ TCase *tcase_chat(void)
     tcase_add_test(tc, test_plain_pipe_and_script);
     tcase_add_test(tc, test_interrupt_then_replay);
     tcase_add_test(tc, test_terminal_ctrl_c);
+    tcase_add_test(tc, test_stats_line);
     return tc;
 }
