@@ -569,11 +569,6 @@ int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a
 /* ----------------------------------------------------------- attention */
 #if defined(__x86_64__) && defined(__GNUC__)
 
-/*
- * One query head against f32 cache rows lo..pos (AVX-512).  Same steps as
- * the portable lm_attend_head, with the two inner loops vectorized; it is
- * used for every batch shape, so evaluation stays deterministic.
- */
 /* 16 cache values as f32: from an f32 row, or converted (exactly) from an f16 one. */
 AVX512 static inline __m512 kv16(const void *base, size_t off, int f16)
 {
@@ -651,58 +646,115 @@ AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
     return FOLD1(d[0], d[1], 0x88, 0xDD);
 }
 
-/* Scores of the 16 keys j..j+15 (q . k * scale) into scores[j..j+15]. */
-AVX512 static inline void scores16(const __m512 *qv, const void *k0, size_t kstride, int j,
-                                   int hd, float scale, int f16, float *scores)
+/*
+ * The kernels below take the head sizes in 16-float vectors (nq for keys,
+ * nv for values) as arguments that are constants where they are inlined:
+ * then the accumulators live in registers, not on the stack.
+ */
+#define INLINE_AVX512 AVX512 __attribute__((always_inline)) static inline
+
+/* Scores of the 16 keys j..j+15 (q . k * scale) into scores[j..j+15]; returns them. */
+INLINE_AVX512 __m512 scores16(const __m512 *qv, const void *k0, size_t kstride, int j, int nq,
+                            float scale, int f16, float *scores)
 {
     __m512 acc[16];
+#pragma GCC unroll 16
     for (int s = 0; s < 16; s++) {
         size_t kj = (size_t)(j + 4 * (s % 4) + s / 4) * kstride;
         acc[s] = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
-        for (int i = 1; i < hd / 16; i++)
+#pragma GCC unroll 16
+        for (int i = 1; i < nq; i++)
             acc[s] = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc[s]);
     }
-    _mm512_storeu_ps(scores + j, _mm512_mul_ps(hsum16x16_avx512(acc), _mm512_set1_ps(scale)));
+    __m512 sc = _mm512_mul_ps(hsum16x16_avx512(acc), _mm512_set1_ps(scale));
+    _mm512_storeu_ps(scores + j, sc);
+    return sc;
 }
 
-AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
-                            size_t vstride, int lo, int pos, int hd, int hdv, float scale,
-                            float cap, float *scores, float *out, int f16)
+/* The score of key j alone, by the same steps. */
+INLINE_AVX512 float score1(const __m512 *qv, const void *k0, size_t kstride, int j, int nq,
+                           float scale, int f16)
 {
-    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256)
-        return 0;
+    size_t kj = (size_t)j * kstride;
+    __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
+#pragma GCC unroll 16
+    for (int i = 1; i < nq; i++)
+        acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
+    return hsum16_avx512(acc) * scale;
+}
+
+INLINE_AVX512 void attend(const float *q, const void *k0, size_t kstride, const void *v0,
+                          size_t vstride, int lo, int pos, int nq, int nv, float scale, float cap,
+                          float *scores, float *out, int f16)
+{
     __m512 qv[16], o[16];
-    for (int i = 0; i < hd / 16; i++)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) /* (dead stores past nq, nv; quiets -Wmaybe-uninitialized) */
+        qv[i] = o[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < nq; i++)
         qv[i] = _mm512_loadu_ps(q + 16 * i);
-    float mx = -__builtin_inff();
+    /* the maximum is the same in any order: max_ps(s, m) keeps m when s is
+       NaN, as the scalar "s > mx" does, and the sign of a zero maximum does
+       not change exp(s - mx) */
+    __m512 vmx = _mm512_set1_ps(-__builtin_inff());
     int j16 = lo;
     for (; j16 + 16 <= pos + 1; j16 += 16)
-        scores16(qv, k0, kstride, j16, hd, scale, f16, scores);
-    for (int j = lo; j <= pos; j++) {
-        float s = scores[j];
-        if (j >= j16) {
-            size_t kj = (size_t)j * kstride;
-            __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
-            for (int i = 1; i < hd / 16; i++)
-                acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
-            s = hsum16_avx512(acc) * scale;
-        }
+        vmx = _mm512_max_ps(scores16(qv, k0, kstride, j16, nq, scale, f16, scores), vmx);
+    /* soft-capped scores take their maximum after the cap, one at a time */
+    float mx = cap > 0 ? -__builtin_inff() : _mm512_reduce_max_ps(vmx);
+    for (int j = cap > 0 ? lo : j16; j <= pos; j++) {
+        float s = j < j16 ? scores[j] : score1(qv, k0, kstride, j, nq, scale, f16);
         if (cap > 0)
             s = cap * tanhf(s / cap);
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
     float inv = lm_softmax_exp_avx512(scores, lo, pos, mx);
-    for (int i = 0; i < hdv / 16; i++)
-        o[i] = _mm512_setzero_ps();
     for (int j = lo; j <= pos; j++) {
         size_t vj = (size_t)j * vstride;
         __m512 w = _mm512_set1_ps(scores[j] * inv);
-        for (int i = 0; i < hdv / 16; i++)
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
             o[i] = _mm512_fmadd_ps(w, kv16(v0, vj + 16 * (size_t)i, f16), o[i]);
     }
-    for (int i = 0; i < hdv / 16; i++)
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++)
         _mm512_storeu_ps(out + 16 * i, o[i]);
+}
+
+/* attend with the cache type made a constant too. */
+INLINE_AVX512 void attend_sized(const float *q, const void *k0, size_t kstride, const void *v0,
+                                size_t vstride, int lo, int pos, int nq, int nv, float scale,
+                                float cap, float *scores, float *out, int f16)
+{
+    if (f16)
+        attend(q, k0, kstride, v0, vstride, lo, pos, nq, nv, scale, cap, scores, out, 1);
+    else
+        attend(q, k0, kstride, v0, vstride, lo, pos, nq, nv, scale, cap, scores, out, 0);
+}
+
+/*
+ * One query head against cache rows lo..pos (f32 or f16).  Same steps as
+ * the portable lm_attend_head, with the loops vectorized; it is used for
+ * every batch shape, so evaluation stays deterministic.  The usual head
+ * sizes get their own unrolled copies.
+ */
+AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
+                            size_t vstride, int lo, int pos, int hd, int hdv, float scale,
+                            float cap, float *scores, float *out, int f16)
+{
+    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256)
+        return 0;
+    if (hd == 64 && hdv == 64)
+        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 4, 4, scale, cap, scores, out, f16);
+    else if (hd == 128 && hdv == 128)
+        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 8, 8, scale, cap, scores, out, f16);
+    else if (hd == 256 && hdv == 256)
+        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 16, 16, scale, cap, scores, out, f16);
+    else
+        attend_sized(q, k0, kstride, v0, vstride, lo, pos, hd / 16, hdv / 16, scale, cap, scores,
+                     out, f16);
     return 1;
 }
 

@@ -449,7 +449,8 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
 /* The AVX-512 attention (16 keys a step, vector exp) gives the portable bytes. */
 START_TEST(test_attention_fast_bitwise)
 {
-    enum { N = 53, HD = 128 };
+    enum { N = 53, HD = 256 };
+    static const int dims[] = {64, 96, 128, 256}; /* the unrolled sizes, and one that is not */
     static float k[N * HD], v[N * HD], q[HD], s1[N], s2[N], o1[HD], o2[HD];
     static uint16_t k16[N * HD], v16[N * HD];
     if (lm_cpu_isa() < LM_ISA_AVX512)
@@ -460,10 +461,11 @@ START_TEST(test_attention_fast_bitwise)
     }
     for (int i = 0; i < HD; i++)
         q[i] = sinf((float)i * 1.3f);
-    for (int hd = 64; hd <= HD; hd += 64)
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int f16 = 0; f16 < 2; f16++)
             for (int lo = 0; lo < 20; lo += 7)
                 for (int pos = lo; pos < N; pos += 3) {
+                    int hd = dims[d];
                     float cap = pos % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
                     attend_ref(q, k, v, lo, pos, hd, sc, cap, s1, o1);
                     ck_assert(lm_attend_avx512(q, f16 ? (void *)k16 : k, (size_t)hd,
