@@ -166,13 +166,17 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
     }
     float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
                                      : lm_softmax_exp(scores, lo, pos, mx);
+    float *odd = tmp + (hd > hdv ? hd : hdv); /* the sum over keys lo+1, lo+3, ... */
     memset(out, 0, (size_t)hdv * sizeof *out);
+    memset(odd, 0, (size_t)hdv * sizeof *odd);
     for (int j = lo; j <= pos; j++) {
         const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
-        float w = scores[j] * inv;
+        float w = scores[j] * inv, *acc = (j - lo) % 2 ? odd : out;
         for (int i = 0; i < hdv; i++) /* fused, as the AVX-512 path */
-            out[i] = fmaf(w, vj[i], out[i]);
+            acc[i] = fmaf(w, vj[i], acc[i]);
     }
+    for (int i = 0; i < hdv; i++)
+        out[i] += odd[i];
 }
 
 /* ---- GELU ---- */

@@ -101,8 +101,10 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if (c->o_dim > widest)
         widest = c->o_dim;
+    /* attention uses 2 * max(head_dim, head_dim_v) of it (lm_attend_head) */
+    int64_t head = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
     for (int i = 0; i < c->n_threads; i++)
-        if (!(c->scratch[i] = alloc_floats((size_t)widest)))
+        if (!(c->scratch[i] = alloc_floats((size_t)(widest + 2 * head))))
             goto oom;
     if (mm_scratch_init(&c->mm, c->n_threads, widest, UBATCH))
         goto oom;

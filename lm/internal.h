@@ -102,7 +102,12 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
 void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
-/* One query head at pos against the cache of layer il; scores: n_ctx floats, tmp: head_dim. */
+/*
+ * One query head at pos against the cache of layer il; scores: n_ctx floats,
+ * tmp: 2 * max(head_dim, head_dim_v) floats.  The weighted values are summed
+ * in two interleaved halves (keys lo, lo+2, ... and lo+1, lo+3, ...) added at
+ * the end: two chains of additions keep the vector units busy.
+ */
 void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
                     float *out, float *scores, float *tmp, int isa);
 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,

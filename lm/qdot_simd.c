@@ -637,8 +637,10 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
 {
     __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
     for (int m = 0; m < 8; m++) /* lanes 0-7: acc[2m] halves added; 8-15: acc[2m+1] */
         b[m] = FOLD4(acc[2 * m], acc[2 * m + 1], 0x44, 0xEE);
+#pragma GCC unroll 4
     for (int m = 0; m < 4; m++) /* chunk k: quarters of acc[4m+k] added */
         c[m] = FOLD4(b[2 * m], b[2 * m + 1], 0x88, 0xDD);
     for (int m = 0; m < 2; m++) /* chunk k: (0+2, 1+3) of acc[8m+k], then of acc[8m+4+k] */
@@ -687,10 +689,10 @@ INLINE_AVX512 void attend(const float *q, const void *k0, size_t kstride, const 
                           size_t vstride, int lo, int pos, int nq, int nv, float scale, float cap,
                           float *scores, float *out, int f16)
 {
-    __m512 qv[16], o[16];
+    __m512 qv[16], o[16], odd[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) /* (dead stores past nq, nv; quiets -Wmaybe-uninitialized) */
-        qv[i] = o[i] = _mm512_setzero_ps();
+        qv[i] = o[i] = odd[i] = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < nq; i++)
         qv[i] = _mm512_loadu_ps(q + 16 * i);
@@ -711,16 +713,25 @@ INLINE_AVX512 void attend(const float *q, const void *k0, size_t kstride, const 
         mx = s > mx ? s : mx;
     }
     float inv = lm_softmax_exp_avx512(scores, lo, pos, mx);
-    for (int j = lo; j <= pos; j++) {
-        size_t vj = (size_t)j * vstride;
+    int j = lo;
+    for (; j < pos; j += 2) { /* keys lo, lo+2, ... into o; lo+1, lo+3, ... into odd */
+        size_t v1 = (size_t)j * vstride, v2 = v1 + vstride;
+        __m512 w1 = _mm512_set1_ps(scores[j] * inv), w2 = _mm512_set1_ps(scores[j + 1] * inv);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) {
+            o[i] = _mm512_fmadd_ps(w1, kv16(v0, v1 + 16 * (size_t)i, f16), o[i]);
+            odd[i] = _mm512_fmadd_ps(w2, kv16(v0, v2 + 16 * (size_t)i, f16), odd[i]);
+        }
+    }
+    if (j == pos) {
         __m512 w = _mm512_set1_ps(scores[j] * inv);
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++)
-            o[i] = _mm512_fmadd_ps(w, kv16(v0, vj + 16 * (size_t)i, f16), o[i]);
+            o[i] = _mm512_fmadd_ps(w, kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16), o[i]);
     }
 #pragma GCC unroll 16
     for (int i = 0; i < nv; i++)
-        _mm512_storeu_ps(out + 16 * i, o[i]);
+        _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(o[i], odd[i]));
 }
 
 /* attend with the cache type made a constant too. */

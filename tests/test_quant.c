@@ -439,11 +439,16 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
         mx = s > mx ? s : mx;
     }
     float inv = lm_softmax_exp(scores, lo, pos, mx);
+    float odd[256] = {0};
     for (int i = 0; i < hd; i++)
         out[i] = 0.0f;
-    for (int j = lo; j <= pos; j++)
+    for (int j = lo; j <= pos; j++) {
+        float *acc = (j - lo) % 2 ? odd : out;
         for (int i = 0; i < hd; i++)
-            out[i] = fmaf(scores[j] * inv, v[(size_t)j * hd + i], out[i]);
+            acc[i] = fmaf(scores[j] * inv, v[(size_t)j * hd + i], acc[i]);
+    }
+    for (int i = 0; i < hd; i++)
+        out[i] += odd[i];
 }
 
 /* The AVX-512 attention (16 keys a step, vector exp) gives the portable bytes. */
