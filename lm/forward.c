@@ -171,10 +171,14 @@ void lm_kv_free(lm_kv *kv)
 static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
 {
     const lm_hparams *hp = &c->m->hp;
+    /* Head-major, in contiguous blocks per thread: consecutive jobs read the
+       same cache rows (one head's tokens, then the next head sharing its
+       K/V), so a layer's cache is read from memory about once per thread
+       instead of once per token. */
     int jobs = n * hp->n_head;
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static)
     for (int job = 0; job < jobs; job++) {
-        int t = job / hp->n_head, h = job % hp->n_head;
+        int h = job / n, t = job % n;
         int tid = omp_get_thread_num();
         lm_attend_head(c->m, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
                        c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
