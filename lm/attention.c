@@ -128,7 +128,13 @@ float lm_expf(float x)
 float lm_softmax_exp(float *scores, int lo, int hi, float mx)
 {
     double part[16] = {0};
-    for (int j = lo; j <= hi; j++) {
+    return lm_softmax_finish(scores, lo, lo, hi, mx, part);
+}
+
+/* Keys from..hi of that softmax, into the partial sums so far; 1 / the total. */
+float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16])
+{
+    for (int j = from; j <= hi; j++) {
         scores[j] = lm_expf(scores[j] - mx);
         part[(j - lo) % 16] += scores[j];
     }

@@ -114,6 +114,7 @@ int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void 
                      size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
                      float *scores, float *out, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
+float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
 float lm_expf(float x);
 

@@ -613,14 +613,7 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
     double part[16];
     _mm512_storeu_pd(part, lo8);
     _mm512_storeu_pd(part + 8, hi8);
-    for (; j <= hi; j++) {
-        scores[j] = lm_expf(scores[j] - mx);
-        part[(j - lo) % 16] += scores[j];
-    }
-    double sum = 0.0;
-    for (int i = 0; i < 16; i++)
-        sum += part[i];
-    return (float)(1.0 / sum);
+    return lm_softmax_finish(scores, lo, j, hi, mx, part);
 }
 
 /* Two vectors folded lane-wise: chunks (imm) of a and b, plus the other chunks. */
