@@ -265,7 +265,8 @@ static int reply_append(reply *r, const char *p, size_t len, const char *const *
     return 0;
 }
 
-static int generate(chat *c, reply *r, reply_sink *sink, lm_err *e)
+/* turn_t0: when the turn started (now_ms), for the time to first token */
+static int generate(chat *c, double turn_t0, reply *r, reply_sink *sink, lm_err *e)
 {
     const char *const *stops = tmpl_stops(c->family);
     double t0 = now_ms();
@@ -277,7 +278,7 @@ static int generate(chat *c, reply *r, reply_sink *sink, lm_err *e)
         size_t len;
         const char *piece = tok_piece(c->vocab, t, 0, &len);
         if (g++ == 0)
-            c->last.ttft_ms = now_ms() - c->turn_t0;
+            c->last.ttft_ms = now_ms() - turn_t0;
         if (reply_append(r, piece, len, stops, sink))
             return lm_seterr(e, "out of memory"), -1;
         if (r->stopped)
@@ -305,7 +306,7 @@ int chat_reply(chat *c, reply_sink *sink, lm_err *e)
     int32_t *ids;
     int n;
     memset(&c->last, 0, sizeof c->last);
-    c->turn_t0 = now_ms();
+    double turn_t0 = now_ms();
     if (fitting_prompt(c, &ids, &n, e))
         return -1;
     double t0 = now_ms();
@@ -316,7 +317,7 @@ int chat_reply(chat *c, reply_sink *sink, lm_err *e)
     c->last.prompt = n;
     c->last.prefill_ms = now_ms() - t0;
     reply r = {0};
-    rc = generate(c, &r, sink, e);
+    rc = generate(c, turn_t0, &r, sink, e);
     if (!rc && chat_add(c, ROLE_ASSISTANT, r.s ? r.s : "", r.n)) {
         lm_seterr(e, "out of memory");
         rc = -1;

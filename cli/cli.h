@@ -78,7 +78,6 @@ typedef struct chat {
     int n_predict, context_shift, show_stats;
     volatile int *interrupt;
     turn_stats last;
-    double turn_t0;             /* when the current turn started (ms) */
     int turns;                  /* replies generated so far */
 } chat;
 
