@@ -277,6 +277,21 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 
 #define GROUP 8
 
+/*
+ * A generated token streams every weight from DRAM once, and the hardware
+ * prefetcher alone leaves the core waiting on most loads (tinyllama Q4_0
+ * generated 15 tokens/s without this, 34 with it): each kernel asks for the
+ * bytes 4 KiB beyond the span it is about to read.  Both ends of the span
+ * are requested, so no cache line is skipped when a span crosses two.
+ */
+#define PREFETCH_AHEAD 4096
+
+static inline void prefetch_span(const uint8_t *p, size_t n)
+{
+    _mm_prefetch((const char *)(p + PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + PREFETCH_AHEAD + n - 1), _MM_HINT_T0);
+}
+
 AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
 {
     if (t == LM_Q8_0)
@@ -335,6 +350,7 @@ AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *blk = row + (size_t)b * bs;
+        prefetch_span(blk, 2 * bs);
         __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + b * 8), ucodes2_b32(t, blk, bs),
                                         _mm512_loadu_si512(a->qs + b * 32));
         __m512 dd = _mm512_mul_ps(scale2(blk, blk + bs), _mm512_loadu_ps(a->dl + b * 8));
@@ -368,6 +384,7 @@ AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const ac
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *blk = row + (size_t)b * bs;
+        prefetch_span(blk, 2 * bs);
         __m512i q = _mm512_sub_epi8(ucodes2_b32(t, blk, bs), off), seed = seed64(q);
         __m512 wd = scale2(blk, blk + bs);
         for (int j = 0; j < n; j++) {
@@ -487,7 +504,8 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
     kblk kb;
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
-        _mm_prefetch((const char *)(blk + 4 * bs), _MM_HINT_T0);
+        for (size_t o = 0; o < bs; o += 64)
+            prefetch_span(blk + o, 1);
         kblk_decode(t, blk, &kb);
         __m512i sum = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
@@ -519,6 +537,8 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
         acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
+        for (size_t o = 0; o < bs; o += 64)
+            prefetch_span(blk + o, 1);
         kblk_decode(t, blk, &kb);
         __m512i sum[GROUP];
         for (int j = 0; j < n; j++)
