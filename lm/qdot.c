@@ -15,8 +15,9 @@
  *               and the sums of 16 codes (for the K-quant mins).
  * Integer sums are exact, so the SIMD paths may regroup them freely (they
  * multiply a + 128 by u - off and subtract 128 * sum(u - off) per lane).
- * Each output accumulates 16 float lanes with fused multiply-adds in a fixed
- * order and ends with a fixed tree sum.  The scalar, AVX2 and AVX-512 paths
+ * 32-element blocks accumulate 16 float lanes with fused multiply-adds in a
+ * fixed order and end with a fixed tree sum; K-quant super-blocks are summed
+ * to one integer each and accumulated in order.  The scalar, AVX2 and AVX-512 paths
  * (qdot_simd.c) do exactly these operations, so all three agree bit for bit
  * and the result never depends on the batch or the thread split.
  */
@@ -374,24 +375,24 @@ float lm_k_mins(const qrow *w, const act_row *a, int64_t b)
     return (w->m[b] * a->d[b]) * (float)msum;
 }
 
-/* 256-element super-blocks: lane j of each 64 codes, times its group scale. */
+/*
+ * 256-element super-blocks: the exact integer sum of every code times its
+ * group scale, then one multiply-add per super-block.  Summing each
+ * super-block to one integer first lets the batch kernels (qgemm.c) work on
+ * whole groups of 16 tokens and scale once per group.
+ */
 float lm_dot_k_scalar(const qrow *w, const act_row *a)
 {
     const int off = lm_code_offset(w->type);
-    float acc[16] = {0}, mins = 0.0f;
+    float acc = 0.0f, mins = 0.0f;
     for (int64_t b = 0; b < w->k / QK_K; b++) {
-        int32_t v[16] = {0};
-        for (int z = 0; z < 4; z++)
-            for (int j = 0; j < 16; j++) {
-                int64_t e = b * QK_K + 64 * z + 4 * j;
-                v[j] += w->sc4[e / 4] * lane(w->u + e, a->qs + e, off);
-            }
-        float dd = w->d[b] * a->d[b];
-        for (int j = 0; j < 16; j++)
-            acc[j] = fmaf(dd, (float)v[j], acc[j]);
+        int32_t isum = 0;
+        for (int64_t e = b * QK_K; e < (b + 1) * QK_K; e += 4)
+            isum += w->sc4[e / 4] * lane(w->u + e, a->qs + e, off);
+        acc = fmaf(w->d[b] * a->d[b], (float)isum, acc);
         mins += lm_k_mins(w, a, b);
     }
-    return lm_hsum16(acc) - mins;
+    return acc - mins;
 }
 
 /* Float rows: 16 lanes over consecutive elements, then the same tree. */

@@ -228,8 +228,7 @@ AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
 AVX512 float lm_dot_k_avx512(const qrow *w, const act_row *a)
 {
     const __m512i off = _mm512_set1_epi8((char)lm_code_offset(w->type));
-    __m512 acc = _mm512_setzero_ps();
-    float mins = 0.0f;
+    float acc = 0.0f, mins = 0.0f;
     for (int64_t b = 0; b < w->k / 256; b++) {
         __m512i sum = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
@@ -238,10 +237,10 @@ AVX512 float lm_dot_k_avx512(const qrow *w, const act_row *a)
             __m512i v = lanes64(seed64(q), q, a->qs + e);
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_loadu_si512(w->sc4 + e / 4), v));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(w->d[b] * a->d[b]), _mm512_cvtepi32_ps(sum), acc);
+        acc = __builtin_fmaf(w->d[b] * a->d[b], (float)_mm512_reduce_add_epi32(sum), acc);
         mins += lm_k_mins(w, a, b);
     }
-    return hsum16_avx512(acc) - mins;
+    return acc - mins;
 }
 
 AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
@@ -499,8 +498,7 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
 {
     const size_t bs = lm_type_size(t);
     const int off = lm_code_offset(t);
-    __m512 acc = _mm512_setzero_ps();
-    float mins = 0.0f;
+    float acc = 0.0f, mins = 0.0f;
     kblk kb;
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
@@ -514,10 +512,10 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
             __m512i v = _mm512_dpbusd_epi32(seed, ucodes_k(t, blk, z), _mm512_loadu_si512(a->qs + e));
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(kb.sc[z], v));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kb.d * a->d[b]), _mm512_cvtepi32_ps(sum), acc);
+        acc = __builtin_fmaf(kb.d * a->d[b], (float)_mm512_reduce_add_epi32(sum), acc);
         mins += kblk_mins(&kb, a, b);
     }
-    return hsum16_avx512(acc) - mins;
+    return acc - mins;
 }
 
 /* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens. */
@@ -530,11 +528,8 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
     }
     const size_t bs = lm_type_size(t);
     const int off = lm_code_offset(t);
-    __m512 acc[GROUP];
-    float mins[GROUP] = {0};
+    float acc[GROUP] = {0}, mins[GROUP] = {0};
     kblk kb;
-    for (int j = 0; j < n; j++)
-        acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         for (size_t o = 0; o < bs; o += 64)
@@ -551,12 +546,12 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
                 sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(kb.sc[z], lanes64(seed, q, a[j].qs + e)));
         }
         for (int j = 0; j < n; j++) {
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb.d * a[j].d[b]), _mm512_cvtepi32_ps(sum[j]), acc[j]);
+            acc[j] = __builtin_fmaf(kb.d * a[j].d[b], (float)_mm512_reduce_add_epi32(sum[j]), acc[j]);
             mins[j] += kblk_mins(&kb, &a[j], b);
         }
     }
     for (int j = 0; j < n; j++)
-        out[j] = hsum16_avx512(acc[j]) - mins[j];
+        out[j] = acc[j] - mins[j];
 }
 
 /* One row against n tokens (out[j] for token j); 0 if this type has no fused kernel. */
