@@ -42,11 +42,17 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
         r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
         r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
+        r->s8 = aligned_alloc(64, k64);
+        r->corr16 = malloc((size_t)(max_k / 16 + 1) * sizeof *r->corr16);
         s->outs[i] = malloc(TOKEN_BLOCK * sizeof(float));
-        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !s->outs[i])
+        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i])
             return -1;
     }
-    return 0;
+    s->max_tok = max_tok;
+    int n_groups = (max_tok + 15) / 16;
+    s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
+    s->groups = calloc((size_t)n_groups, sizeof *s->groups);
+    return s->tg_mem && s->groups ? 0 : -1;
 }
 
 void mm_scratch_free(mm_scratch *s)
@@ -54,12 +60,17 @@ void mm_scratch_free(mm_scratch *s)
     for (int i = 0; s->rows && i < s->n_threads; i++) {
         qrow *r = &s->rows[i];
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
+        free(r->s8), free(r->corr16);
         free(s->outs[i]);
     }
     free(s->rows);
     free(s->outs);
     free(s->acts);
     free(s->act);
+    free(s->tg_mem);
+    free(s->groups);
+    s->tg_mem = NULL;
+    s->groups = NULL;
     s->rows = NULL;
     s->act = NULL;
 }
@@ -80,9 +91,28 @@ static inline void prefetch_ahead(const uint8_t *row, size_t n)
         __builtin_prefetch(row + PREFETCH_AHEAD + off, 0, 3);
 }
 
+/* A K-quant row against the token groups of a block (qgemm.c). */
+static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, int64_t i, int t0,
+                            int nt, mm_scratch *s, qrow *r, float *tmp)
+{
+    const int64_t rows = w->ne[1];
+    lm_qrow_decode(r, w->type, row, w->ne[0], s->isa);
+    if (!lm_trow_prepare_avx512(r))
+        return 0;
+    const tgroup *g[4];
+    int ng = (nt + 15) / 16; /* TOKEN_BLOCK is 64: at most 4 */
+    for (int j = 0; j < ng; j++)
+        g[j] = &s->groups[t0 / 16 + j];
+    if (!lm_trow_groups_avx512(r, g, ng, tmp))
+        return 0;
+    for (int t = 0; t < nt; t++)
+        out[(size_t)(t0 + t) * rows + i] = tmp[t];
+    return 1;
+}
+
 /* One block of tokens against the rows this thread owns. */
 static void rows_times_tokens(float *out, const lm_tensor *w, int64_t rows, int t0, int nt,
-                              mm_scratch *s)
+                              int grouped, mm_scratch *s)
 {
     const int64_t k = w->ne[0];
     const size_t row_bytes = lm_row_bytes(w->type, k);
@@ -93,6 +123,8 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t rows, int 
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
+        if (grouped && row_times_groups(out, w, row, i, t0, nt, s, r, tmp))
+            continue;
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
@@ -111,6 +143,8 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
     const int atype = lm_act_type(w->type);
     const size_t act_bytes = lm_act_row_bytes(atype, k);
     int nt = rows < 64 ? 1 : s->n_threads;
+    /* several tokens through a K-quant matrix: 16 at a time (qgemm.c) */
+    const int grouped = s->isa >= LM_ISA_AVX512 && atype == LM_Q8_K && n_tok > 1 && k <= s->max_k;
 #pragma omp parallel num_threads(nt)
     {
 #pragma omp for schedule(static)
@@ -118,8 +152,14 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
             lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
             lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         }
+        if (grouped) {
+#pragma omp for schedule(static)
+            for (int g = 0; g < (n_tok + 15) / 16; g++)
+                lm_tgroup_build(&s->groups[g], s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
+                                s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
+        }
         /* token blocks keep their activations in L2 while every row passes */
         for (int t0 = 0; t0 < n_tok; t0 += TOKEN_BLOCK)
-            rows_times_tokens(out, w, rows, t0, n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK, s);
+            rows_times_tokens(out, w, rows, t0, n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK, grouped, s);
     }
 }

@@ -291,13 +291,15 @@ typedef struct qrow_buf {
     uint8_t u[K];
     int32_t sc4[K / 4];
     int16_t mn[K / 16];
+    int8_t s8[K];
+    int32_t corr16[K / 16];
     qrow r;
 } qrow_buf;
 
 static void qrow_init(qrow_buf *b)
 {
     memset(b, 0, sizeof *b);
-    b->r = (qrow){0, 0, b->f, b->u, b->sc4, b->mn, b->d, b->m};
+    b->r = (qrow){0, 0, b->f, b->u, b->sc4, b->mn, b->d, b->m, b->s8, b->corr16};
 }
 
 static void test_row(uint32_t ty, uint8_t *row, uint64_t *seed)
@@ -351,6 +353,32 @@ END_TEST
  * 32-blocks is even and odd.  (On a CPU without them, lm_cpu_isa says so
  * and there is nothing to compare.)
  */
+/*
+ * K-quant rows against 16-token groups (qgemm.c): group A holds tokens 0-7,
+ * group B tokens 3-7, the rest is padding; one, two and four groups a call.
+ */
+static void check_token_groups(qrow *r, const act_row *ar, const float *want)
+{
+    static uint8_t mem[2][K * 16 + 4096] __attribute__((aligned(64)));
+    ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
+    tgroup ga, gb;
+    lm_tgroup_build(&ga, ar, 8, r->k, mem[0]);
+    lm_tgroup_build(&gb, ar + 3, 5, r->k, mem[1]);
+    ck_assert(lm_trow_prepare_avx512(r));
+    const tgroup *gs[4] = {&ga, &gb, &ga, &gb};
+    for (int ng = 1; ng <= 4; ng *= 2) {
+        float got[64];
+        ck_assert(lm_trow_groups_avx512(r, gs, ng, got));
+        for (int j = 0; j < ng; j++)
+            for (int t = 0; t < 16; t++) {
+                int tok = (j % 2 ? 3 : 0) + t, n = j % 2 ? 5 : 8;
+                float w = t < n ? want[tok] : 0.0f; /* absent tokens are zero, whatever the row */
+                ck_assert_msg(!memcmp(&got[16 * j + t], &w, 4), "%s k=%d ng=%d group %d lane %d: %a vs scalar %a",
+                              lm_type_name(r->type), (int)r->k, ng, j, t, got[16 * j + t], w);
+            }
+    }
+}
+
 START_TEST(test_fast_paths_bitwise)
 {
     int isa = lm_cpu_isa();
@@ -390,6 +418,8 @@ START_TEST(test_fast_paths_bitwise)
                     for (int t = 0; t < n; t++)
                         ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d n=%d token %d: fused %a vs scalar %a",
                                       lm_type_name(ty), k, n, t, got[t], want[t]);
+            if (at == LM_Q8_K && isa >= LM_ISA_AVX512)
+                check_token_groups(&fast.r, ar, want);
         }
     }
     float f1[K], f2[K];

@@ -1,0 +1,189 @@
+/*
+ * lm/qgemm.c - K-quant rows against groups of 16 tokens, with AVX-512 VNNI.
+ *
+ * The fused kernels of qdot_simd.c take one token at a time, and for
+ * K-quants every 64 codes cost each token a vpdpbusd and a scale multiply.
+ * Here the activations of 16 tokens are laid side by side, four codes of
+ * each token in one 32-bit lane ([k/4][16 tokens][4 codes]).  One vpdpbusd
+ * against four weight codes broadcast from the decoded row then does four
+ * codes of all 16 tokens, and a group of codes is scaled once for all 16.
+ *
+ * The integer sums are the exact ones of lm_dot_k_scalar and the float
+ * steps are the same (one multiply-add per super-block, then the mins), so
+ * a token gets bitwise the same logits here as on the one-token paths.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+#define TG 16       /* tokens in a group: one per 32-bit lane */
+#define QK_K 256
+
+/* Bytes of one group's layout for rows of k elements (tgroup_layout). */
+size_t lm_tgroup_bytes(int64_t k)
+{
+    size_t codes = (size_t)k * TG, d = (size_t)(k / QK_K) * TG * 4, s16 = (size_t)(k / 32) * TG * 4;
+    return (codes + d + s16 + 3 * 64) / 64 * 64;
+}
+
+static void tgroup_layout(tgroup *g, int64_t k, void *base)
+{
+    uint8_t *p = base;
+    g->k = k;
+    g->q = p;
+    p += (size_t)k * TG;
+    g->d = (float *)p;
+    p += ((size_t)(k / QK_K) * TG * 4 + 63) / 64 * 64;
+    g->sum16 = (int16_t *)p;
+}
+
+/*
+ * Lay out up to 16 tokens' Q8_K activations; absent tokens are zero.  Codes
+ * are stored + 128 (unsigned, as vpdpbusd wants them); the sums of 16 codes
+ * go in pairs, so one vpmaddwd weighs two groups' mins.
+ */
+void lm_tgroup_build(tgroup *g, const act_row *a, int n, int64_t k, void *base)
+{
+    tgroup_layout(g, k, base);
+    for (int t = 0; t < TG; t++) {
+        const act_row *r = t < n ? &a[t] : NULL;
+        for (int64_t e = 0; e < k; e += 4)
+            for (int i = 0; i < 4; i++)
+                g->q[(e / 4) * TG * 4 + t * 4 + i] = (uint8_t)((r ? r->qs[e + i] : 0) + 128);
+        for (int64_t b = 0; b < k / QK_K; b++)
+            g->d[b * TG + t] = r ? r->d[b] : 0.0f;
+        for (int64_t p = 0; p < k / 32; p++)
+            for (int i = 0; i < 2; i++)
+                g->sum16[(p * TG + t) * 2 + i] = r ? r->sum16[2 * p + i] : 0;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+/*
+ * The decoded row in the form the kernel reads: codes as signed bytes, and
+ * the offset correction -128 * sum(codes) of every group of 16.
+ */
+AVX512 int lm_trow_prepare_avx512(qrow *r)
+{
+    const int off = lm_code_offset(r->type);
+    const __m512i voff = _mm512_set1_epi8((char)off);
+    for (int64_t e = 0; e < r->k; e += 64) {
+        __m512i u = _mm512_loadu_si512(r->u + e);
+        _mm512_storeu_si512(r->s8 + e, _mm512_sub_epi8(u, voff));
+        __m512i s8x8 = _mm512_sad_epu8(u, _mm512_setzero_si512()); /* sums of 8 codes + off */
+        int64_t sums[8];
+        _mm512_storeu_si512(sums, s8x8);
+        for (int g = 0; g < 4; g++)
+            r->corr16[e / 16 + g] = -128 * ((int32_t)(sums[2 * g] + sums[2 * g + 1]) - 16 * off);
+    }
+    return 1;
+}
+
+#define INLINE __attribute__((always_inline)) inline
+
+/* sum over the 16 groups of super-block b of min * (sum of 16 codes), per token. */
+AVX512 static INLINE __m512i group_mins(const qrow *r, const tgroup *g, int64_t b)
+{
+    __m512i m = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p++) {
+        int64_t gi = b * 16 + 2 * p;
+        uint32_t pair = (uint16_t)r->mn[gi] | ((uint32_t)(uint16_t)r->mn[gi + 1] << 16);
+        __m512i s = _mm512_loadu_si512(g->sum16 + (b * 8 + p) * TG * 2);
+        m = _mm512_add_epi32(m, _mm512_madd_epi16(s, _mm512_set1_epi32((int)pair)));
+    }
+    return m;
+}
+
+/*
+ * One prepared row against ng groups (ng tokens x 16): each weight word is
+ * broadcast once for all of them, and their sums are independent chains,
+ * so the vpdpbusd latency is hidden.  span: codes that share one scale.
+ */
+AVX512 static INLINE void row_groups(const qrow *r, const tgroup *const *g, int ng, int span, int has_mins,
+                                     float *out)
+{
+    __m512 acc[4], mins[4];
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < ng; j++)
+        acc[j] = _mm512_setzero_ps(), mins[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < r->k / QK_K; b++) {
+        __m512i isum[4];
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++)
+            isum[j] = _mm512_setzero_si512();
+        for (int64_t e = b * QK_K; e < (b + 1) * QK_K; e += span) {
+            int32_t corr = r->corr16[e / 16] + (span == 32 ? r->corr16[e / 16 + 1] : 0);
+            __m512i v[4];
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < ng; j++)
+                v[j] = _mm512_set1_epi32(corr);
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < span; i += 4) {
+                int32_t w4;
+                memcpy(&w4, r->s8 + e + i, 4);
+                __m512i w = _mm512_set1_epi32(w4);
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++)
+                    v[j] = _mm512_dpbusd_epi32(v[j], _mm512_loadu_si512(g[j]->q + (e + i) * TG), w);
+            }
+            __m512i sc = _mm512_set1_epi32(r->sc4[e / 4]);
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < ng; j++)
+                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(v[j], sc));
+        }
+        __m512 dw = _mm512_set1_ps(r->d[b]), mw = _mm512_set1_ps(r->m[b]);
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++) {
+            __m512 da = _mm512_loadu_ps(g[j]->d + b * TG);
+            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+            if (has_mins) {
+                __m512 mm = _mm512_mul_ps(mw, da);
+                mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(group_mins(r, g[j], b))));
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < ng; j++)
+        _mm512_storeu_ps(out + 16 * j, _mm512_sub_ps(acc[j], mins[j]));
+}
+
+/* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */
+AVX512 static INLINE void row_groups_ng(const qrow *r, const tgroup *const *g, int ng, float *out)
+{
+    if (r->type == LM_Q4_K || r->type == LM_Q5_K)
+        row_groups(r, g, ng, 32, 1, out);
+    else
+        row_groups(r, g, ng, 16, r->type == LM_Q2_K, out);
+}
+
+/* One prepared row against ng <= 4 groups: out[16 * j + t] for token t of group j. */
+AVX512 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out)
+{
+    switch (ng) {
+    case 1: row_groups_ng(r, g, 1, out); break;
+    case 2: row_groups_ng(r, g, 2, out); break;
+    case 3: row_groups_ng(r, g, 3, out); break;
+    default: row_groups_ng(r, g, 4, out);
+    }
+    return 1;
+}
+
+#else
+
+int lm_trow_prepare_avx512(qrow *r)
+{
+    (void)r;
+    return 0; /* no such path here: the caller uses the one-token kernels */
+}
+
+int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out)
+{
+    (void)r, (void)g, (void)ng, (void)out;
+    return 0;
+}
+
+#endif
