@@ -99,14 +99,16 @@ static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, 
     lm_qrow_decode(r, w->type, row, w->ne[0], s->isa);
     if (!lm_trow_prepare_avx512(r))
         return 0;
-    const tgroup *g[4];
-    int ng = (nt + 15) / 16; /* TOKEN_BLOCK is 64: at most 4 */
-    for (int j = 0; j < ng; j++)
-        g[j] = &s->groups[t0 / 16 + j];
-    if (!lm_trow_groups_avx512(r, g, ng, tmp))
-        return 0;
-    for (int t = 0; t < nt; t++)
-        out[(size_t)(t0 + t) * rows + i] = tmp[t];
+    for (int c0 = t0; c0 < t0 + nt; c0 += 64) { /* four groups a call */
+        int cn = t0 + nt - c0 < 64 ? t0 + nt - c0 : 64, ng = (cn + 15) / 16;
+        const tgroup *g[4];
+        for (int j = 0; j < ng; j++)
+            g[j] = &s->groups[c0 / 16 + j];
+        if (!lm_trow_groups_avx512(r, g, ng, tmp))
+            return 0;
+        for (int t = 0; t < cn; t++)
+            out[(size_t)(c0 + t) * rows + i] = tmp[t];
+    }
     return 1;
 }
 
@@ -158,8 +160,10 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
                 lm_tgroup_build(&s->groups[g], s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
                                 s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
         }
-        /* token blocks keep their activations in L2 while every row passes */
-        for (int t0 = 0; t0 < n_tok; t0 += TOKEN_BLOCK)
-            rows_times_tokens(out, w, rows, t0, n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK, grouped, s);
+        /* token blocks keep their activations in L2 while every row passes; the
+           grouped kernels decode a row once a block, so their blocks are longer */
+        const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
+        for (int t0 = 0; t0 < n_tok; t0 += block)
+            rows_times_tokens(out, w, rows, t0, n_tok - t0 < block ? n_tok - t0 : block, grouped, s);
     }
 }
