@@ -39,7 +39,7 @@ typedef struct qrow {
     int32_t *sc4;      /* K-quants: the group scale of every 4 codes (k/4) */
     int16_t *mn;       /* K-quants: the group min of every 16 codes (k/16) */
     float *d, *m;      /* per block: scale, and min/offset scale */
-    int8_t *s8;        /* K-quants for qgemm.c: the codes as signed bytes */
+    int8_t *s8;        /* for qgemm.c: the codes as signed bytes */
     int32_t *corr16;   /* and -128 * (sum of every 16 codes) */
 } qrow;
 
@@ -83,16 +83,16 @@ void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa)
 float lm_qrow_dot(const qrow *r, const act_row *a, int isa);
 float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 
-/* 16 tokens' Q8_K activations side by side, for qgemm.c's K-quant kernel. */
+/* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */
 typedef struct tgroup {
     int64_t k;
     uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 */
-    float *d;          /* [k/256][16]: block scales */
+    float *d;          /* [blocks][16]: block scales */
     int16_t *sum16;    /* [k/32][16][2]: the sums of each two groups of 16 codes */
 } tgroup;
 
 size_t lm_tgroup_bytes(int64_t k);
-void lm_tgroup_build(tgroup *g, const act_row *a, int n, int64_t k, void *base);
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base);
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
 

@@ -91,7 +91,7 @@ static inline void prefetch_ahead(const uint8_t *row, size_t n)
         __builtin_prefetch(row + PREFETCH_AHEAD + off, 0, 3);
 }
 
-/* A K-quant row against the token groups of a block (qgemm.c). */
+/* A quantized row against the token groups of a block (qgemm.c). */
 static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, int64_t i, int t0,
                             int nt, mm_scratch *s, qrow *r, float *tmp)
 {
@@ -145,8 +145,8 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
     const int atype = lm_act_type(w->type);
     const size_t act_bytes = lm_act_row_bytes(atype, k);
     int nt = rows < 64 ? 1 : s->n_threads;
-    /* several tokens through a K-quant matrix: 16 at a time (qgemm.c) */
-    const int grouped = s->isa >= LM_ISA_AVX512 && atype == LM_Q8_K && n_tok > 1 && k <= s->max_k;
+    /* several tokens through a quantized matrix: 16 at a time (qgemm.c) */
+    const int grouped = s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok > 1;
 #pragma omp parallel num_threads(nt)
     {
 #pragma omp for schedule(static)
@@ -157,7 +157,7 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
         if (grouped) {
 #pragma omp for schedule(static)
             for (int g = 0; g < (n_tok + 15) / 16; g++)
-                lm_tgroup_build(&s->groups[g], s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
+                lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
                                 s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
         }
         /* token blocks keep their activations in L2 while every row passes; the

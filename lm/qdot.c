@@ -15,9 +15,9 @@
  *               and the sums of 16 codes (for the K-quant mins).
  * Integer sums are exact, so the SIMD paths may regroup them freely (they
  * multiply a + 128 by u - off and subtract 128 * sum(u - off) per lane).
- * 32-element blocks accumulate 16 float lanes with fused multiply-adds in a
- * fixed order and end with a fixed tree sum; K-quant super-blocks are summed
- * to one integer each and accumulated in order.  The scalar, AVX2 and AVX-512 paths
+ * Each 32-element block or K-quant super-block is summed to one integer
+ * first; blocks then accumulate in 16 float lanes (block b in lane b % 16)
+ * with a fixed tree at the end, super-blocks in one sum, in order.  The scalar, AVX2 and AVX-512 paths
  * (qdot_simd.c) do exactly these operations, so all three agree bit for bit
  * and the result never depends on the batch or the thread split.
  */
@@ -348,18 +348,22 @@ static int32_t lane(const uint8_t *u, const int8_t *a, int off)
     return (u[0] - off) * a[0] + (u[1] - off) * a[1] + (u[2] - off) * a[2] + (u[3] - off) * a[3];
 }
 
-/* 32-element blocks: block b feeds lanes 8*(b%2) .. +7; Q8_1 adds m*s per block. */
+/*
+ * 32-element blocks: the exact integer sum of each block, scaled, goes to
+ * lane b % 16, and the lanes end in the fixed tree.  One total per block
+ * lets the batch kernels (qgemm.c) keep 16 tokens in the lanes instead;
+ * sixteen lanes let the one-token kernel scale 16 blocks at once.  Q8_1
+ * adds m*s per block.
+ */
 float lm_dot_b32_scalar(const qrow *w, const act_row *a)
 {
     const int off = lm_code_offset(w->type);
     float acc[16] = {0}, mins = 0.0f;
     for (int64_t b = 0; b < w->k / QK; b++) {
-        float dd = w->d[b] * a->d[b];
-        for (int l = 0; l < 8; l++) {
-            int64_t e = b * QK + 4 * l;
-            int32_t v = lane(w->u + e, a->qs + e, off);
-            acc[8 * (b & 1) + l] = fmaf(dd, (float)v, acc[8 * (b & 1) + l]);
-        }
+        int32_t isum = 0;
+        for (int64_t e = b * QK; e < (b + 1) * QK; e += 4)
+            isum += lane(w->u + e, a->qs + e, off);
+        acc[b % 16] = fmaf(w->d[b] * a->d[b], (float)isum, acc[b % 16]);
         if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
             mins = fmaf(w->m[b], a->s[b], mins);
     }

@@ -5,8 +5,10 @@
  * so switching paths never changes a bit of the logits; tests compare them.
  *   decoders  AVX2: nibble and bit unpacking of Q4_0, Q5_0, Q8_0, Q4_K,
  *             Q5_K and Q6_K rows into unsigned codes;
- *   dots      AVX-512 VNNI: vpdpbusd over 64 codes, seeded with the offset
- *             correction, scaled and accumulated in 16 float lanes.
+ *   dots      AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
+ *             the offset correction; each block's sum scaled into 16 float
+ *             lanes (32-element blocks) or one sum (K-quants).  Several
+ *             tokens go through qgemm.c instead.
  * Other architectures and older x86 CPUs use the scalar paths.
  */
 #include "internal.h"
@@ -193,35 +195,62 @@ AVX512 static inline __m256i lanes32(__m256i seed, __m256i q, const int8_t *a)
     return _mm256_dpbusd_epi32(seed, au, q);
 }
 
+/* Two vectors of 8-lane groups -> one of their pairwise sums, groups kept in order. */
+AVX512 static inline __m512i pair_sums(__m512i x, __m512i y)
+{
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ev, y), _mm512_permutex2var_epi32(x, od, y));
+}
+
+/* v[p] holds 8 lanes of block 2p, then 8 of block 2p+1: lane j of the result is block j's sum. */
+AVX512 static inline __m512i block_totals16(const __m512i v[8])
+{
+    __m512i w0 = pair_sums(v[0], v[1]), w1 = pair_sums(v[2], v[3]);
+    __m512i w2 = pair_sums(v[4], v[5]), w3 = pair_sums(v[6], v[7]);
+    return pair_sums(pair_sums(w0, w1), pair_sums(w2, w3));
+}
+
+AVX512 static inline int32_t hsum8_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* lane b % 16 of acc += dd * total: one block outside a run of 16. */
+AVX512 static inline __m512 add_block(__m512 acc, int64_t b, float dd, int32_t total)
+{
+    return _mm512_mask3_fmadd_ps(_mm512_set1_ps(dd), _mm512_set1_ps((float)total), acc,
+                                 (__mmask16)(1u << (b % 16)));
+}
+
 AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
 {
     const int64_t nb = w->k / 32;
-    const int has_min = w->type == LM_Q4_1 || w->type == LM_Q5_1;
-    const __m512i off = _mm512_set1_epi8((char)lm_code_offset(w->type));
     __m512 acc = _mm512_setzero_ps();
-    float mins = 0.0f;
     int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        __m512i q = _mm512_sub_epi8(_mm512_loadu_si512(w->u + b * 32), off);
-        __m512i v = lanes64(seed64(q), q, a->qs + b * 32);
-        __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(w->d[b]), _mm256_set1_ps(w->d[b + 1]), 1);
-        __m512 dd = _mm512_mul_ps(wd, _mm512_loadu_ps(a->dl + b * 8));
-        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc);
-        if (has_min) {
-            mins = __builtin_fmaf(w->m[b], a->s[b], mins);
-            mins = __builtin_fmaf(w->m[b + 1], a->s[b + 1], mins);
+    for (; b + 16 <= nb; b += 16) {
+        __m512i v[8];
+        for (int p = 0; p < 8; p++) {
+            int64_t e = (b + 2 * p) * 32;
+            v[p] = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4), _mm512_loadu_si512(w->u + e),
+                                       _mm512_loadu_si512(a->qs + e));
         }
+        __m512 dd = _mm512_mul_ps(_mm512_loadu_ps(w->d + b), _mm512_loadu_ps(a->d + b));
+        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
     }
-    if (b < nb) { /* an odd last block lands in lanes 0-7 */
-        __m256i q = _mm256_sub_epi8(_mm256_loadu_si256((const __m256i *)(w->u + b * 32)),
-                                    _mm512_castsi512_si256(off));
-        __m256i v = lanes32(seed32(q), q, a->qs + b * 32);
-        __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(w->d[b] * a->d[b]), _mm256_cvtepi32_ps(v),
-                                    _mm512_castps512_ps256(acc));
-        acc = _mm512_insertf32x8(acc, lo, 0);
-        if (has_min)
+    for (; b < nb; b++) {
+        __m256i v = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)),
+                                        _mm256_loadu_si256((const __m256i *)(w->u + b * 32)),
+                                        _mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
+        acc = add_block(acc, b, w->d[b] * a->d[b], hsum8_epi32(v));
+    }
+    float mins = 0.0f;
+    if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+        for (b = 0; b < nb; b++)
             mins = __builtin_fmaf(w->m[b], a->s[b], mins);
-    }
     return hsum16_avx512(acc) + mins;
 }
 
@@ -274,8 +303,6 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 /* ------------------------------------------------ fused row x tokens */
 #if defined(__x86_64__) && defined(__GNUC__)
 
-#define GROUP 8
-
 /*
  * A generated token streams every weight from DRAM once, and the hardware
  * prefetcher alone leaves the core waiting on most loads (tinyllama Q4_0
@@ -306,16 +333,6 @@ AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
     return _mm256_sub_epi8(u, _mm256_set1_epi8((char)lm_code_offset(t)));
 }
 
-/* Two f16 block scales -> [d0 x8 | d1 x8]. */
-AVX512 static inline __m512 scale2(const uint8_t *b0, const uint8_t *b1)
-{
-    uint16_t h0, h1;
-    memcpy(&h0, b0, 2), memcpy(&h1, b1, 2);
-    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h0 | ((int)h1 << 16)));
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
 /* Unsigned codes of blocks b and b+1 (code + offset), 64 in one register. */
 AVX512 static inline __m512i ucodes2_b32(uint32_t t, const uint8_t *b0, size_t bs)
 {
@@ -340,71 +357,41 @@ AVX512 static inline __m512i ucodes2_b32(uint32_t t, const uint8_t *b0, size_t b
     return z;
 }
 
-/* One token: the offset correction comes from the activation (no seed per chunk). */
+/*
+ * One token through a Q4_0, Q5_0 or Q8_0 row, straight from the weights:
+ * 16 blocks a step, their sums gathered into one vector and scaled at once.
+ * The offset correction comes from the activation.
+ */
 AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
 {
     const size_t bs = lm_type_size(t);
     const int64_t nb = k / 32;
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)bs));
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
+    for (; b + 16 <= nb; b += 16) {
         const uint8_t *blk = row + (size_t)b * bs;
-        prefetch_span(blk, 2 * bs);
-        __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + b * 8), ucodes2_b32(t, blk, bs),
-                                        _mm512_loadu_si512(a->qs + b * 32));
-        __m512 dd = _mm512_mul_ps(scale2(blk, blk + bs), _mm512_loadu_ps(a->dl + b * 8));
-        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc);
+        for (size_t o = 0; o < 16 * bs; o += 64)
+            prefetch_span(blk + o, 1);
+        __m512i v[8];
+        for (int p = 0; p < 8; p++) {
+            int64_t e = (b + 2 * p) * 32;
+            v[p] = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4),
+                                       ucodes2_b32(t, blk + 2 * p * bs, bs), _mm512_loadu_si512(a->qs + e));
+        }
+        /* the f16 scale opens each block: gather 32 bits, keep the low half */
+        __m512i d32 = _mm512_i32gather_epi32(step, (const void *)blk, 1);
+        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+        __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b));
+        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
     }
-    if (b < nb) {
+    for (; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         __m256i q = codes1_b32(t, blk);
-        __m256i v = lanes32(seed32(q), q, a->qs + b * 32);
-        __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(half(blk) * a->d[b]), _mm256_cvtepi32_ps(v),
-                                    _mm512_castps512_ps256(acc));
-        acc = _mm512_insertf32x8(acc, lo, 0);
+        acc = add_block(acc, b, half(blk) * a->d[b], hsum8_epi32(lanes32(seed32(q), q, a->qs + b * 32)));
     }
     return hsum16_avx512(acc);
-}
-
-/* Q4_0, Q5_0, Q8_0 rows against up to GROUP tokens, straight from the weights. */
-AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
-                             float *out)
-{
-    if (n == 1) {
-        out[0] = one_b32(t, row, k, a);
-        return;
-    }
-    const size_t bs = lm_type_size(t);
-    const int64_t nb = k / 32;
-    const __m512i off = _mm512_set1_epi8((char)lm_code_offset(t));
-    __m512 acc[GROUP];
-    for (int j = 0; j < n; j++)
-        acc[j] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        prefetch_span(blk, 2 * bs);
-        __m512i q = _mm512_sub_epi8(ucodes2_b32(t, blk, bs), off), seed = seed64(q);
-        __m512 wd = scale2(blk, blk + bs);
-        for (int j = 0; j < n; j++) {
-            __m512i v = lanes64(seed, q, a[j].qs + b * 32);
-            __m512 dd = _mm512_mul_ps(wd, _mm512_loadu_ps(a[j].dl + b * 8));
-            acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc[j]);
-        }
-    }
-    if (b < nb) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        __m256i q = codes1_b32(t, blk), seed = seed32(q);
-        float dw = half(blk);
-        for (int j = 0; j < n; j++) {
-            __m256i v = lanes32(seed, q, a[j].qs + b * 32);
-            __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[j].d[b]), _mm256_cvtepi32_ps(v),
-                                        _mm512_castps512_ps256(acc[j]));
-            acc[j] = _mm512_insertf32x8(acc[j], lo, 0);
-        }
-    }
-    for (int j = 0; j < n; j++)
-        out[j] = hsum16_avx512(acc[j]);
 }
 
 /* The 64 unsigned codes (code + offset) of chunk z of a K super-block. */
@@ -518,55 +505,19 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
     return acc - mins;
 }
 
-/* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens. */
-AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
-                           float *out)
-{
-    if (n == 1) {
-        out[0] = one_k(t, row, k, a);
-        return;
-    }
-    const size_t bs = lm_type_size(t);
-    const int off = lm_code_offset(t);
-    float acc[GROUP] = {0}, mins[GROUP] = {0};
-    kblk kb;
-    for (int64_t b = 0; b < k / 256; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        for (size_t o = 0; o < bs; o += 64)
-            prefetch_span(blk + o, 1);
-        kblk_decode(t, blk, &kb);
-        __m512i sum[GROUP];
-        for (int j = 0; j < n; j++)
-            sum[j] = _mm512_setzero_si512();
-        for (int z = 0; z < 4; z++) {
-            __m512i u = ucodes_k(t, blk, z);
-            int64_t e = b * 256 + 64 * z;
-            __m512i q = _mm512_sub_epi8(u, _mm512_set1_epi8((char)off)), seed = seed64(q);
-            for (int j = 0; j < n; j++)
-                sum[j] = _mm512_add_epi32(sum[j], _mm512_mullo_epi32(kb.sc[z], lanes64(seed, q, a[j].qs + e)));
-        }
-        for (int j = 0; j < n; j++) {
-            acc[j] = __builtin_fmaf(kb.d * a[j].d[b], (float)_mm512_reduce_add_epi32(sum[j]), acc[j]);
-            mins[j] += kblk_mins(&kb, &a[j], b);
-        }
-    }
-    for (int j = 0; j < n; j++)
-        out[j] = acc[j] - mins[j];
-}
-
-/* One row against n tokens (out[j] for token j); 0 if this type has no fused kernel. */
+/* One row against n tokens, one at a time (out[j] for token j); 0 if this type has no fused kernel. */
 AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                                float *out, qrow *scratch)
 {
     (void)scratch;
-    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) {
-        for (int j = 0; j < n; j += GROUP)
-            fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
+    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) { /* batches go to qgemm.c's groups */
+        for (int j = 0; j < n; j++)
+            out[j] = one_b32(t, row, k, a + j);
         return 1;
     }
     if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
-        for (int j = 0; j < n; j += GROUP)
-            fused_k(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
+        for (int j = 0; j < n; j++)
+            out[j] = one_k(t, row, k, a + j);
         return 1;
     }
     return 0;

@@ -1,16 +1,17 @@
 /*
- * lm/qgemm.c - K-quant rows against groups of 16 tokens, with AVX-512 VNNI.
+ * lm/qgemm.c - quantized rows against groups of 16 tokens, with AVX-512 VNNI.
  *
- * The fused kernels of qdot_simd.c take one token at a time, and for
- * K-quants every 64 codes cost each token a vpdpbusd and a scale multiply.
+ * The fused kernels of qdot_simd.c take one token at a time: every 64 codes
+ * cost each token a vpdpbusd and then a scale multiply (K-quants) or a
+ * conversion and multiply-add (32-element blocks).
  * Here the activations of 16 tokens are laid side by side, four codes of
  * each token in one 32-bit lane ([k/4][16 tokens][4 codes]).  One vpdpbusd
  * against four weight codes broadcast from the decoded row then does four
  * codes of all 16 tokens, and a group of codes is scaled once for all 16.
  *
- * The integer sums are the exact ones of lm_dot_k_scalar and the float
- * steps are the same (one multiply-add per super-block, then the mins), so
- * a token gets bitwise the same logits here as on the one-token paths.
+ * The integer sums are the exact ones of lm_dot_k_scalar and
+ * lm_dot_b32_scalar and the float steps are the same, so a token gets
+ * bitwise the same logits here as on the one-token paths.
  */
 #include "internal.h"
 
@@ -22,7 +23,7 @@
 /* Bytes of one group's layout for rows of k elements (tgroup_layout). */
 size_t lm_tgroup_bytes(int64_t k)
 {
-    size_t codes = (size_t)k * TG, d = (size_t)(k / QK_K) * TG * 4, s16 = (size_t)(k / 32) * TG * 4;
+    size_t codes = (size_t)k * TG, d = (size_t)(k / 32) * TG * 4, s16 = (size_t)(k / 32) * TG * 4;
     return (codes + d + s16 + 3 * 64) / 64 * 64;
 }
 
@@ -33,24 +34,25 @@ static void tgroup_layout(tgroup *g, int64_t k, void *base)
     g->q = p;
     p += (size_t)k * TG;
     g->d = (float *)p;
-    p += ((size_t)(k / QK_K) * TG * 4 + 63) / 64 * 64;
+    p += ((size_t)(k / 32) * TG * 4 + 63) / 64 * 64;
     g->sum16 = (int16_t *)p;
 }
 
 /*
- * Lay out up to 16 tokens' Q8_K activations; absent tokens are zero.  Codes
- * are stored + 128 (unsigned, as vpdpbusd wants them); the sums of 16 codes
- * go in pairs, so one vpmaddwd weighs two groups' mins.
+ * Lay out up to 16 tokens' Q8_0 or Q8_K activations; absent tokens are zero.
+ * Codes are stored + 128 (unsigned, as vpdpbusd wants them); the sums of 16
+ * codes go in pairs, so one vpmaddwd weighs two groups' mins.
  */
-void lm_tgroup_build(tgroup *g, const act_row *a, int n, int64_t k, void *base)
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base)
 {
+    const int64_t nb = k / (atype == LM_Q8_K ? QK_K : 32);
     tgroup_layout(g, k, base);
     for (int t = 0; t < TG; t++) {
         const act_row *r = t < n ? &a[t] : NULL;
         for (int64_t e = 0; e < k; e += 4)
             for (int i = 0; i < 4; i++)
                 g->q[(e / 4) * TG * 4 + t * 4 + i] = (uint8_t)((r ? r->qs[e + i] : 0) + 128);
-        for (int64_t b = 0; b < k / QK_K; b++)
+        for (int64_t b = 0; b < nb; b++)
             g->d[b * TG + t] = r ? r->d[b] : 0.0f;
         for (int64_t p = 0; p < k / 32; p++)
             for (int i = 0; i < 2; i++)
@@ -71,7 +73,8 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
 {
     const int off = lm_code_offset(r->type);
     const __m512i voff = _mm512_set1_epi8((char)off);
-    for (int64_t e = 0; e < r->k; e += 64) {
+    int64_t e = 0;
+    for (; e + 64 <= r->k; e += 64) {
         __m512i u = _mm512_loadu_si512(r->u + e);
         _mm512_storeu_si512(r->s8 + e, _mm512_sub_epi8(u, voff));
         __m512i s8x8 = _mm512_sad_epu8(u, _mm512_setzero_si512()); /* sums of 8 codes + off */
@@ -79,6 +82,12 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
         _mm512_storeu_si512(sums, s8x8);
         for (int g = 0; g < 4; g++)
             r->corr16[e / 16 + g] = -128 * ((int32_t)(sums[2 * g] + sums[2 * g + 1]) - 16 * off);
+    }
+    for (; e < r->k; e += 16) { /* a last 32-block */
+        int32_t sum = 0;
+        for (int i = 0; i < 16; i++)
+            sum += r->s8[e + i] = (int8_t)(r->u[e + i] - off);
+        r->corr16[e / 16] = -128 * sum;
     }
     return 1;
 }
@@ -151,10 +160,56 @@ AVX512 static INLINE void row_groups(const qrow *r, const tgroup *const *g, int 
         _mm512_storeu_ps(out + 16 * j, _mm512_sub_ps(acc[j], mins[j]));
 }
 
+/*
+ * Q4_0, Q5_0 and Q8_0 rows: a block's sum per token, scaled, into lane
+ * b % 16 of lm_dot_b32_scalar's accumulators, here one vector per lane and
+ * group, then its tree.
+ */
+AVX512 static INLINE void row_groups_b32(const qrow *r, const tgroup *const *g, int ng, float *out)
+{
+    __m512 acc[16][4];
+    for (int l = 0; l < 16; l++)
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++)
+            acc[l][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < r->k / 32; b++) {
+        __m512i v[4];
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++)
+            v[j] = _mm512_set1_epi32(r->corr16[2 * b] + r->corr16[2 * b + 1]);
+        _Pragma("GCC unroll 8")
+        for (int i = 0; i < 32; i += 4) {
+            int32_t w4;
+            memcpy(&w4, r->s8 + b * 32 + i, 4);
+            __m512i w = _mm512_set1_epi32(w4);
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < ng; j++)
+                v[j] = _mm512_dpbusd_epi32(v[j], _mm512_loadu_si512(g[j]->q + (b * 32 + i) * TG), w);
+        }
+        __m512 dw = _mm512_set1_ps(r->d[b]);
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++) {
+            __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(g[j]->d + b * TG));
+            acc[b % 16][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v[j]), acc[b % 16][j]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < ng; j++) { /* lm_hsum16's tree: halves, quarters, (0+2) + (1+3) */
+        __m512 t8[8], t4[4];
+        for (int i = 0; i < 8; i++)
+            t8[i] = _mm512_add_ps(acc[i][j], acc[i + 8][j]);
+        for (int i = 0; i < 4; i++)
+            t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
+        _mm512_storeu_ps(out + 16 * j, _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+    }
+}
+
 /* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */
 AVX512 static INLINE void row_groups_ng(const qrow *r, const tgroup *const *g, int ng, float *out)
 {
-    if (r->type == LM_Q4_K || r->type == LM_Q5_K)
+    if (lm_act_type(r->type) == LM_Q8_0)
+        row_groups_b32(r, g, ng, out);
+    else if (r->type == LM_Q4_K || r->type == LM_Q5_K)
         row_groups(r, g, ng, 32, 1, out);
     else
         row_groups(r, g, ng, 16, r->type == LM_Q2_K, out);

@@ -354,7 +354,7 @@ END_TEST
  * and there is nothing to compare.)
  */
 /*
- * K-quant rows against 16-token groups (qgemm.c): group A holds tokens 0-7,
+ * Quantized rows against 16-token groups (qgemm.c): group A holds tokens 0-7,
  * group B tokens 3-7, the rest is padding; one, two and four groups a call.
  */
 static void check_token_groups(qrow *r, const act_row *ar, const float *want)
@@ -362,8 +362,8 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
     static uint8_t mem[2][K * 16 + 4096] __attribute__((aligned(64)));
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
-    lm_tgroup_build(&ga, ar, 8, r->k, mem[0]);
-    lm_tgroup_build(&gb, ar + 3, 5, r->k, mem[1]);
+    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, mem[0]);
+    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, mem[1]);
     ck_assert(lm_trow_prepare_avx512(r));
     const tgroup *gs[4] = {&ga, &gb, &ga, &gb};
     for (int ng = 1; ng <= 4; ng *= 2) {
@@ -418,7 +418,7 @@ START_TEST(test_fast_paths_bitwise)
                     for (int t = 0; t < n; t++)
                         ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d n=%d token %d: fused %a vs scalar %a",
                                       lm_type_name(ty), k, n, t, got[t], want[t]);
-            if (at == LM_Q8_K && isa >= LM_ISA_AVX512)
+            if ((at == LM_Q8_K || at == LM_Q8_0) && isa >= LM_ISA_AVX512)
                 check_token_groups(&fast.r, ar, want);
         }
     }
