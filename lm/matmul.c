@@ -146,7 +146,7 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
     const size_t act_bytes = lm_act_row_bytes(atype, k);
     int nt = rows < 64 ? 1 : s->n_threads;
     /* several tokens through a quantized matrix: 16 at a time (qgemm.c) */
-    const int grouped = s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok > 1;
+    const int grouped = s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= 10;
 #pragma omp parallel num_threads(nt)
     {
 #pragma omp for schedule(static)

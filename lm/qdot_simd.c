@@ -303,6 +303,8 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 /* ------------------------------------------------ fused row x tokens */
 #if defined(__x86_64__) && defined(__GNUC__)
 
+#define GROUP 8 /* tokens a fused call; larger batches go to qgemm.c's groups */
+
 /*
  * A generated token streams every weight from DRAM once, and the hardware
  * prefetcher alone leaves the core waiting on most loads (tinyllama Q4_0
@@ -357,6 +359,78 @@ AVX512 static inline __m512i ucodes2_b32(uint32_t t, const uint8_t *b0, size_t b
     return z;
 }
 
+#define INLINE __attribute__((always_inline)) inline
+
+/* The unsigned codes of blocks 2p, 2p+1 of a step of nb blocks (zero past the last). */
+AVX512 static INLINE __m512i step_codes(uint32_t t, const uint8_t *blk, size_t bs, int p, int nb)
+{
+    if (2 * p + 1 < nb)
+        return ucodes2_b32(t, blk + 2 * p * bs, bs);
+    if (2 * p < nb) /* a last odd block: the upper half stays zero */
+        return _mm512_castsi256_si512(
+            _mm256_add_epi8(codes1_b32(t, blk + 2 * p * bs), _mm256_set1_epi8((char)lm_code_offset(t))));
+    return _mm512_setzero_si512();
+}
+
+/* The f16 scales opening the nb blocks of a step (a gather of 32 bits, low halves kept). */
+AVX512 static inline __m512 step_scales(const uint8_t *blk, size_t bs, __mmask16 live)
+{
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int)bs));
+    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)blk, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+}
+
+/* Sums of blocks b+2p, b+2p+1 of one token; past the activation's end nothing is read. */
+AVX512 static INLINE __m512i step_pair(const act_row *a, int64_t b, int p, int nb, __m512i u)
+{
+    int64_t e = (b + 2 * p) * 32;
+    if (2 * p + 1 < nb)
+        return _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4), u, _mm512_loadu_si512(a->qs + e));
+    if (2 * p < nb)
+        return _mm512_dpbusd_epi32(_mm512_maskz_loadu_epi32(0xff, a->negcorr + e / 4), u,
+                                   _mm512_maskz_loadu_epi8(0xffffffffull, a->qs + e));
+    return _mm512_setzero_si512();
+}
+
+/* A step of m <= 16 blocks decoded: codes two blocks a vector, scales. */
+AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs, int m, __m512i u[8], __m512 *dw)
+{
+    for (size_t o = 0; o < (size_t)m * bs; o += 64)
+        prefetch_span(blk + o, 1);
+    if (m == 16) {
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < 8; p++)
+            u[p] = ucodes2_b32(t, blk + 2 * p * bs, bs);
+    } else {
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < 8; p++)
+            u[p] = step_codes(t, blk, bs, p, m);
+    }
+    *dw = step_scales(blk, bs, (__mmask16)(m == 16 ? 0xffff : (1u << m) - 1));
+}
+
+/* One token through a decoded step at block b: its lanes of acc. */
+AVX512 static INLINE __m512 step_dot(const act_row *a, int64_t b, int m, const __m512i u[8], __m512 dw, __m512 acc)
+{
+    __m512i v[8];
+    if (m == 16) {
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < 8; p++) {
+            int64_t e = (b + 2 * p) * 32;
+            v[p] = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4), u[p], _mm512_loadu_si512(a->qs + e));
+        }
+        __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b));
+        return _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
+    }
+    const __mmask16 live = (__mmask16)((1u << m) - 1);
+    _Pragma("GCC unroll 8")
+    for (int p = 0; p < 8; p++)
+        v[p] = step_pair(a, b, p, m, u[p]);
+    __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a->d + b));
+    return _mm512_mask3_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc, live);
+}
+
 /*
  * One token through a Q4_0, Q5_0 or Q8_0 row, straight from the weights:
  * 16 blocks a step, their sums gathered into one vector and scaled at once.
@@ -386,12 +460,48 @@ AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act
         __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b));
         acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
     }
+    if (nb - b > 4) { /* a long tail as one masked step, a short one block by block */
+        __m512 dw;
+        __m512i u[8];
+        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), u, &dw);
+        return hsum16_avx512(step_dot(a, b, (int)(nb - b), u, dw, acc));
+    }
     for (; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         __m256i q = codes1_b32(t, blk);
         acc = add_block(acc, b, half(blk) * a->d[b], hsum8_epi32(lanes32(seed32(q), q, a->qs + b * 32)));
     }
     return hsum16_avx512(acc);
+}
+
+
+/* The same rows against 2..GROUP tokens, each step decoded once for all. */
+AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
+                             float *out)
+{
+    if (n == 1) {
+        out[0] = one_b32(t, row, k, a);
+        return;
+    }
+    const size_t bs = lm_type_size(t);
+    const int64_t nb = k / 32;
+    __m512 acc[GROUP], dw;
+    __m512i u[8];
+    for (int j = 0; j < n; j++)
+        acc[j] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        step_decode(t, row + (size_t)b * bs, bs, 16, u, &dw);
+        for (int j = 0; j < n; j++)
+            acc[j] = step_dot(&a[j], b, 16, u, dw, acc[j]);
+    }
+    if (b < nb) {
+        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), u, &dw);
+        for (int j = 0; j < n; j++)
+            acc[j] = step_dot(&a[j], b, (int)(nb - b), u, dw, acc[j]);
+    }
+    for (int j = 0; j < n; j++)
+        out[j] = hsum16_avx512(acc[j]);
 }
 
 /* The 64 unsigned codes (code + offset) of chunk z of a K super-block. */
@@ -510,9 +620,9 @@ AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act
                                float *out, qrow *scratch)
 {
     (void)scratch;
-    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) { /* batches go to qgemm.c's groups */
-        for (int j = 0; j < n; j++)
-            out[j] = one_b32(t, row, k, a + j);
+    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) {
+        for (int j = 0; j < n; j += GROUP)
+            fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
         return 1;
     }
     if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
