@@ -75,6 +75,9 @@ float lm_dot_k_avx512(const qrow *w, const act_row *a);
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
+/* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */
+int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, float *out);
+int lm_rows16_type(uint32_t t);
 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                         float *out, qrow *scratch);
 

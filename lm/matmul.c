@@ -112,18 +112,36 @@ static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, 
     return 1;
 }
 
-/* One block of tokens against the rows this thread owns. */
-static void rows_times_tokens(float *out, const lm_tensor *w, int64_t rows, int t0, int nt,
+/*
+ * One token through short rows (under 1024 elements, as in small models):
+ * 16 rows a call where the kernel takes the type, so no row ends on a
+ * tail of blocks of its own.  Long rows stream faster one at a time.
+ * Returns the first row left for the loop of rows.
+ */
+static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
+{
+    const int64_t k = w->ne[0], rows = w->ne[1];
+    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024)
+        return 0;
+    const size_t rb = lm_row_bytes(w->type, k);
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < rows / 16; g++)
+        lm_rows16_avx512(w->type, (const uint8_t *)w->data + (size_t)g * 16 * rb, rb, k, &s->acts[0], out + g * 16);
+    return rows / 16 * 16;
+}
+
+/* One block of tokens against the rows this thread owns, from row r0 on. */
+static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0, int nt,
                               int grouped, mm_scratch *s)
 {
-    const int64_t k = w->ne[0];
+    const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
     qrow *r = &s->rows[tid];
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < rows; i++) {
+    for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
         if (grouped && row_times_groups(out, w, row, i, t0, nt, s, r, tmp))
             continue;
@@ -163,7 +181,8 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
         /* token blocks keep their activations in L2 while every row passes; the
            grouped kernels decode a row once a block, so their blocks are longer */
         const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
+        int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
         for (int t0 = 0; t0 < n_tok; t0 += block)
-            rows_times_tokens(out, w, rows, t0, n_tok - t0 < block ? n_tok - t0 : block, grouped, s);
+            rows_times_tokens(out, w, r0, t0, n_tok - t0 < block ? n_tok - t0 : block, grouped, s);
     }
 }

@@ -615,7 +615,53 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
     return acc - mins;
 }
 
-/* One row against n tokens, one at a time (out[j] for token j); 0 if this type has no fused kernel. */
+/*
+ * One token through 16 consecutive Q4_0, Q5_0 or Q8_0 rows at once: a
+ * vector holds one block of two rows, so the 16 rows' sums of a block land
+ * in one vector, lane r for row r, and every row keeps lm_dot_b32_scalar's
+ * 16 accumulators (block b in accumulator b % 16) in lane r of acc[b % 16].
+ * No row has a tail of blocks to finish on its own.
+ */
+int lm_rows16_type(uint32_t t)
+{
+    return t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0;
+}
+
+AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, float *out)
+{
+    if (!lm_rows16_type(t))
+        return 0;
+    const size_t bs = lm_type_size(t);
+    const int64_t nb = k / 32;
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int)rb));
+    __m512 acc[16];
+    for (int l = 0; l < 16; l++)
+        acc[l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row0 + (size_t)b * bs;
+        if (b % 2 == 0) /* each row 512 bytes ahead; the last ones reach into the next 16 */
+            for (int r = 0; r < 16; r++)
+                _mm_prefetch((const char *)(blk + r * rb + 512), _MM_HINT_T0);
+        __m512i qa = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
+        __m512i nc = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)));
+        __m512i v[8];
+        for (int p = 0; p < 8; p++)
+            v[p] = _mm512_dpbusd_epi32(nc, ucodes2_b32(t, blk + 2 * p * rb, rb), qa);
+        __m512i d32 = _mm512_i32gather_epi32(at, (const void *)blk, 1);
+        __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)), _mm512_set1_ps(a->d[b]));
+        acc[b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc[b % 16]);
+    }
+    __m512 t8[8], t4[4]; /* lm_hsum16's tree, lane by lane */
+    for (int i = 0; i < 8; i++)
+        t8[i] = _mm512_add_ps(acc[i], acc[i + 8]);
+    for (int i = 0; i < 4; i++)
+        t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+    return 1;
+}
+
+/* One row against a few tokens (out[j] for token j); 0 if this type has no fused kernel. */
 AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                                float *out, qrow *scratch)
 {
@@ -634,6 +680,18 @@ AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act
 }
 
 #else
+int lm_rows16_type(uint32_t t)
+{
+    (void)t;
+    return 0;
+}
+
+int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, float *out)
+{
+    (void)t, (void)row0, (void)rb, (void)k, (void)a, (void)out;
+    return 0;
+}
+
 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                         float *out, qrow *scratch)
 {

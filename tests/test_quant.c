@@ -379,6 +379,40 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
     }
 }
 
+/* One token through 16 rows at once (qdot_simd.c), against the scalar dot of each row. */
+START_TEST(test_rows16_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
+    static uint8_t rows[16 * K * 2], act[K * 8];
+    static float x[K];
+    static qrow_buf ref;
+    uint64_t seed = 11;
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 0.37f) * (float)(1 + i % 5);
+    for (int ti = 0; ti < 3; ti++)
+        for (int k = K; k >= K - 32; k -= 32) { /* 24 and 23 blocks: accumulators wrap past 16 */
+            uint32_t ty = types[ti];
+            size_t rb = lm_row_bytes(ty, k);
+            for (int r = 0; r < 16; r++)
+                random_row(ty, rows + r * rb, rb, &seed);
+            act_row ar;
+            lm_quantize_act(ty, x, act, k);
+            lm_act_layout(lm_act_type(ty), k, &ar, act);
+            float got[16];
+            ck_assert(lm_rows16_type(ty) && lm_rows16_avx512(ty, rows, rb, k, &ar, got));
+            for (int r = 0; r < 16; r++) {
+                qrow_init(&ref);
+                lm_qrow_decode_scalar(&ref.r, ty, rows + r * rb, k);
+                float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
+                ck_assert_msg(!memcmp(&got[r], &want, 4), "%s k=%d row %d: %a vs scalar %a", lm_type_name(ty), k, r,
+                              got[r], want);
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_fast_paths_bitwise)
 {
     int isa = lm_cpu_isa();
@@ -559,6 +593,7 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_type_table);
     tcase_add_test(tc, test_int_dot_matches_dequant);
     tcase_add_test(tc, test_fast_paths_bitwise);
+    tcase_add_test(tc, test_rows16_bitwise);
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_q8k_activation);
