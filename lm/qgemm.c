@@ -14,6 +14,7 @@
  * bitwise the same logits here as on the one-token paths.
  */
 #include "internal.h"
+#include "simd.h"
 
 #include <string.h>
 
@@ -61,9 +62,6 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
 /*
  * The decoded row in the form the kernel reads: codes as signed bytes, and
@@ -91,8 +89,6 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
     }
     return 1;
 }
-
-#define INLINE __attribute__((always_inline)) inline
 
 /* sum over the 16 groups of super-block b of min * (sum of 16 codes), per token. */
 AVX512 static INLINE __m512i group_mins(const qrow *r, const tgroup *g, int64_t b)
