@@ -50,7 +50,6 @@ typedef struct act_row {
     int8_t *qs;        /* 8-bit codes */
     float *d, *s;      /* per block: scale; Q8_1 also d * sum */
     int16_t *sum16;    /* sum of every 16 codes */
-    float *dl;         /* Q8_0/Q8_1: the block scale of every 4 codes */
     int32_t *negcorr;  /* -offset * (sum of every 4 codes), offset of the weight type */
 } act_row;
 
@@ -62,6 +61,7 @@ int lm_code_offset(uint32_t wtype);
 size_t lm_act_row_bytes(int atype, int64_t k);
 void lm_act_layout(int atype, int64_t k, act_row *r, void *base);
 void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
+int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k); /* 0: not here */
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
 void lm_k_scales_decode(qrow *r, uint32_t type, const uint8_t *blk, int64_t i);

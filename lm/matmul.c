@@ -169,7 +169,8 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
     {
 #pragma omp for schedule(static)
         for (int t = 0; t < n_tok; t++) {
-            lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
+            if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
+                lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
             lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         }
         if (grouped) {

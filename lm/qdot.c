@@ -72,8 +72,6 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     r->sum16 = (int16_t *)p;
     p += (k / 16) * sizeof(int16_t);
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-    r->dl = (float *)p;
-    p += (k / 4) * sizeof(float);
     r->negcorr = (int32_t *)p;
     r->f = (float *)base;
 }
@@ -84,7 +82,7 @@ size_t lm_act_row_bytes(int atype, int64_t k)
         return ((size_t)k * sizeof(float) + 63) / 64 * 64;
     int64_t nb = k / QK;
     size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
-    n += (size_t)(k / 4) * 8; /* dl, negcorr */
+    n += (size_t)(k / 4) * 4; /* negcorr */
     return (n + 63) / 64 * 64;
 }
 
@@ -186,8 +184,6 @@ void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
     for (int64_t l = 0; l < k / 4; l++) { /* per lane of 4 codes, for SIMD */
         const int8_t *q = r.qs + 4 * l;
         r.negcorr[l] = -off * (q[0] + q[1] + q[2] + q[3]);
-        if (atype != LM_Q8_K)
-            r.dl[l] = r.d[l / 8];
     }
 }
 

@@ -379,6 +379,39 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
     }
 }
 
+/*
+ * The AVX-512 rounding of activations (qact_simd.c) writes the scalar one's
+ * bytes: ties, NaN, infinities, an all-zero block, +max and -max both.
+ */
+START_TEST(test_quantize_act_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
+    static float x[K];
+    static uint8_t want[K * 8], got[K * 8];
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
+    for (int i = 256; i < 288; i++) /* an all-zero block and super-block start */
+        x[i] = 0.0f;
+    x[300] = 0.5f * 127.0f / 8.0f, x[301] = -8.0f, x[302] = 8.0f; /* a tie and both signs of max */
+    x[400] = __builtin_nanf(""), x[520] = __builtin_inff(), x[700] = -__builtin_inff();
+    for (int ti = 0; ti < 7; ti++)
+        for (int k = K; k >= K - 32; k -= 32) {
+            uint32_t ty = types[ti];
+            if (k % lm_type_block(ty))
+                continue;
+            size_t n = lm_act_row_bytes(lm_act_type(ty), k);
+            memset(want, 0, n), memset(got, 0, n);
+            lm_quantize_act(ty, x, want, k);
+            ck_assert(lm_quantize_act_avx512(ty, x, got, k));
+            for (size_t i = 0; i < n; i++)
+                ck_assert_msg(want[i] == got[i], "%s k=%d: byte %zu is %u, scalar %u", lm_type_name(ty), k, i,
+                              got[i], want[i]);
+        }
+}
+END_TEST
+
 /* One token through 16 rows at once (qdot_simd.c), against the scalar dot of each row. */
 START_TEST(test_rows16_bitwise)
 {
@@ -594,6 +627,7 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_int_dot_matches_dequant);
     tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_rows16_bitwise);
+    tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_q8k_activation);
