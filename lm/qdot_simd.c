@@ -628,9 +628,9 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
         acc[l] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = row0 + (size_t)b * bs;
-        if (b % 2 == 0) /* each row 512 bytes ahead; the last ones reach into the next 16 */
+        if (bs > 32 || b % 2 == 0) /* the next 16 rows, where this step will read them */
             for (int r = 0; r < 16; r++)
-                _mm_prefetch((const char *)(blk + r * rb + 512), _MM_HINT_T0);
+                _mm_prefetch((const char *)(blk + (16 + r) * rb), _MM_HINT_T0);
         __m512i qa = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
         __m512i nc = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)));
         __m512i v[8];
