@@ -2,11 +2,16 @@
  * lm/matmul.c - weight matrix times a batch of activations.  Each token's
  * activation row is first rounded to the weight type's vec_dot_type (as
  * llama.cpp does, see qdot.c); then rows of the weight matrix are split
- * across OpenMP threads, each row decoded once into the thread's qrow and
- * dotted with every token of the batch, so a prompt reads each weight once.
- * Each output element is one call of lm_qrow_dot on the same operands
- * whatever the batch or thread split: batched and token-by-token
- * evaluation are bitwise identical.
+ * across OpenMP threads and go through the kernel that suits the batch:
+ *   one token     16 short rows at a time, or one row at a time, straight
+ *                 from the mapped weights (qdot_simd.c);
+ *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c);
+ *   a batch       one decoded row against groups of 16 tokens (qgemm.c),
+ *                 so a prompt reads each weight once per 256 tokens;
+ *   otherwise     the row decoded into the thread's qrow, lm_qrow_dot per token.
+ * Every kernel computes each output element exactly as lm_qrow_dot's scalar
+ * reference does, so batched and token-by-token evaluation, any thread
+ * split and any CPU path give bitwise identical logits.
  */
 #include "internal.h"
 
