@@ -389,7 +389,7 @@ START_TEST(test_quantize_act_bitwise)
         return;
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
     static float x[K];
-    static uint8_t want[K * 8], got[K * 8];
+    static uint8_t want[K * 8] __attribute__((aligned(64))), got[K * 8] __attribute__((aligned(64))); /* same layout */
     for (int i = 0; i < K; i++)
         x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
     for (int i = 256; i < 288; i++) /* an all-zero block and super-block start */
