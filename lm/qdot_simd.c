@@ -524,6 +524,11 @@ AVX512 static inline __m512i ucodes_k(uint32_t t, const uint8_t *blk, int z)
 }
 
 /* A K super-block's scales as lanes of each 64-code chunk, its mins and factors. */
+/*
+ * A lane's sum of 4 codes times activations fits in 16 bits (at most
+ * 4 * 32 * 127), so the scale multiplies it in vpdpwssd's low half: each
+ * scale is kept as a 16-bit value with a zero high half.
+ */
 typedef struct kblk {
     __m512i sc[4];
     float d, dmin;
@@ -538,7 +543,7 @@ AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
             __m512i idx = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2,
                                            4 * z + 2, 4 * z + 2, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1,
                                            4 * z, 4 * z, 4 * z, 4 * z);
-            kb->sc[z] = _mm512_permutexvar_epi32(idx, s16);
+            kb->sc[z] = _mm512_and_si512(_mm512_permutexvar_epi32(idx, s16), _mm512_set1_epi32(0xffff));
         }
         kb->d = half(blk + 208), kb->dmin = 0.0f;
         memset(kb->mn, 0, sizeof kb->mn);
@@ -595,12 +600,48 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
             int64_t e = b * 256 + 64 * z;
             __m512i seed = off ? _mm512_loadu_si512(a->negcorr + e / 4) : _mm512_setzero_si512();
             __m512i v = _mm512_dpbusd_epi32(seed, ucodes_k(t, blk, z), _mm512_loadu_si512(a->qs + e));
-            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(kb.sc[z], v));
+            sum = _mm512_dpwssd_epi32(sum, v, kb.sc[z]);
         }
         acc = __builtin_fmaf(kb.d * a->d[b], (float)_mm512_reduce_add_epi32(sum), acc);
         mins += kblk_mins(&kb, a, b);
     }
     return acc - mins;
+}
+
+/* Q4_K, Q5_K, Q6_K rows against up to GROUP tokens, each super-block decoded once. */
+AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
+                           float *out)
+{
+    if (n == 1) {
+        out[0] = one_k(t, row, k, a);
+        return;
+    }
+    const size_t bs = lm_type_size(t);
+    const int off = lm_code_offset(t);
+    float acc[GROUP] = {0}, mins[GROUP] = {0};
+    kblk kb;
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        for (size_t o = 0; o < bs; o += 64)
+            prefetch_span(blk + o, 1);
+        kblk_decode(t, blk, &kb);
+        __m512i sum[GROUP];
+        for (int j = 0; j < n; j++)
+            sum[j] = _mm512_setzero_si512();
+        for (int z = 0; z < 4; z++) {
+            __m512i u = ucodes_k(t, blk, z);
+            int64_t e = b * 256 + 64 * z;
+            __m512i q = _mm512_sub_epi8(u, _mm512_set1_epi8((char)off)), seed = seed64(q);
+            for (int j = 0; j < n; j++)
+                sum[j] = _mm512_dpwssd_epi32(sum[j], lanes64(seed, q, a[j].qs + e), kb.sc[z]);
+        }
+        for (int j = 0; j < n; j++) {
+            acc[j] = __builtin_fmaf(kb.d * a[j].d[b], (float)_mm512_reduce_add_epi32(sum[j]), acc[j]);
+            mins[j] += kblk_mins(&kb, &a[j], b);
+        }
+    }
+    for (int j = 0; j < n; j++)
+        out[j] = acc[j] - mins[j];
 }
 
 /*
@@ -660,8 +701,8 @@ AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act
         return 1;
     }
     if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
-        for (int j = 0; j < n; j++)
-            out[j] = one_k(t, row, k, a + j);
+        for (int j = 0; j < n; j += GROUP)
+            fused_k(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
         return 1;
     }
     return 0;
