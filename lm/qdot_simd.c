@@ -645,9 +645,46 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
 }
 
 /*
- * One token through 16 consecutive Q4_0, Q5_0 or Q8_0 rows at once: a
- * vector holds one block of two rows, so the 16 rows' sums of a block land
- * in one vector, lane r for row r, and every row keeps lm_dot_b32_scalar's
+ * Q4_0 and Q5_0 in the 16-row kernel: four rows' 16 bytes of nibbles in one
+ * vector, low nibbles (codes 0-15) and high (16-31) apart, against the
+ * block's two halves of activation; then 4 lanes per row fold to one.
+ */
+AVX512 static INLINE __m512i rows16_nibble_sums(uint32_t t, const uint8_t *blk, size_t rb, const act_row *a,
+                                                int64_t b)
+{
+    const int qo = t == LM_Q4_0 ? 2 : 6;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->qs + b * 32)));
+    __m512i ahi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->qs + b * 32 + 16)));
+    __m512i nlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->negcorr + b * 8)));
+    __m512i nhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->negcorr + b * 8 + 4)));
+    __m512i w[4];
+    for (int g = 0; g < 4; g++) { /* rows 4g .. 4g+3, 4 lanes each */
+        const uint8_t *r0 = blk + 4 * (size_t)g * rb;
+        __m512i x = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r0 + qo)));
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(r0 + rb + qo)), 1);
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(r0 + 2 * rb + qo)), 2);
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(r0 + 3 * rb + qo)), 3);
+        __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        if (t == LM_Q5_0) { /* bit j of qh is the fifth bit of code j */
+            uint64_t mlo = 0, mhi = 0;
+            for (int i = 0; i < 4; i++) {
+                uint32_t h;
+                memcpy(&h, r0 + (size_t)i * rb + 2, 4);
+                mlo |= (uint64_t)(h & 0xffff) << (16 * i);
+                mhi |= (uint64_t)(h >> 16) << (16 * i);
+            }
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(mlo, _mm512_set1_epi8(0x10)));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(mhi, _mm512_set1_epi8(0x10)));
+        }
+        w[g] = _mm512_add_epi32(_mm512_dpbusd_epi32(nlo, lo, alo), _mm512_dpbusd_epi32(nhi, hi, ahi));
+    }
+    return pair_sums(pair_sums(w[0], w[1]), pair_sums(w[2], w[3]));
+}
+
+/*
+ * One token through 16 consecutive Q4_0, Q5_0 or Q8_0 rows at once: the
+ * 16 rows' sums of a block land in one vector, lane r for row r, and every row keeps lm_dot_b32_scalar's
  * 16 accumulators (block b in accumulator b % 16) in lane r of acc[b % 16].
  * No row has a tail of blocks to finish on its own.
  */
@@ -672,14 +709,20 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
         if (bs > 32 || b % 2 == 0) /* the next 16 rows, where this step will read them */
             for (int r = 0; r < 16; r++)
                 _mm_prefetch((const char *)(blk + (16 + r) * rb), _MM_HINT_T0);
-        __m512i qa = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
-        __m512i nc = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)));
-        __m512i v[8];
-        for (int p = 0; p < 8; p++)
-            v[p] = _mm512_dpbusd_epi32(nc, ucodes2_b32(t, blk + 2 * p * rb, rb), qa);
+        __m512i sums;
+        if (t == LM_Q8_0) { /* a vector holds one block of two rows */
+            __m512i qa = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->qs + b * 32)));
+            __m512i nc = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->negcorr + b * 8)));
+            __m512i v[8];
+            for (int p = 0; p < 8; p++)
+                v[p] = _mm512_dpbusd_epi32(nc, ucodes2_b32(t, blk + 2 * p * rb, rb), qa);
+            sums = block_totals16(v);
+        } else {
+            sums = rows16_nibble_sums(t, blk, rb, a, b);
+        }
         __m512i d32 = _mm512_i32gather_epi32(at, (const void *)blk, 1);
         __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)), _mm512_set1_ps(a->d[b]));
-        acc[b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc[b % 16]);
+        acc[b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sums), acc[b % 16]);
     }
     __m512 t8[8], t4[4]; /* lm_hsum16's tree, lane by lane */
     for (int i = 0; i < 8; i++)
