@@ -80,22 +80,6 @@ void mm_scratch_free(mm_scratch *s)
     s->act = NULL;
 }
 
-/*
- * Generating a token streams every weight from DRAM once, and the hardware
- * prefetcher alone leaves a core waiting on most of those loads (tinyllama
- * Q4_0 generated 15 tokens/s without this and 34 with it).  So before a row
- * is used, the bytes PREFETCH_AHEAD further on are requested, a cache line
- * at a time: a thread's rows are contiguous, so that is the row it will
- * read a few rows later.
- */
-#define PREFETCH_AHEAD 4096
-
-static inline void prefetch_ahead(const uint8_t *row, size_t n)
-{
-    for (size_t off = 0; off < n; off += 64)
-        __builtin_prefetch(row + PREFETCH_AHEAD + off, 0, 3);
-}
-
 /* A quantized row against the token groups of a block (qgemm.c). */
 static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, int64_t i, int t0,
                             int nt, mm_scratch *s, qrow *r, float *tmp)
@@ -155,7 +139,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
         }
-        prefetch_ahead(row, row_bytes); /* the fused kernels prefetch as they go */
+        lm_prefetch_ahead(row, row_bytes); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         for (int t = 0; t < nt; t++)
             out[(size_t)(t0 + t) * rows + i] = lm_qrow_dot(r, &s->acts[t0 + t], s->isa);
