@@ -295,21 +295,6 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 
 #define GROUP 8 /* tokens a fused call; larger batches go to qgemm.c's groups */
 
-/*
- * A generated token streams every weight from DRAM once, and the hardware
- * prefetcher alone leaves the core waiting on most loads (tinyllama Q4_0
- * generated 15 tokens/s without this, 34 with it): each kernel asks for the
- * bytes 4 KiB beyond the span it is about to read.  Both ends of the span
- * are requested, so no cache line is skipped when a span crosses two.
- */
-#define PREFETCH_AHEAD 4096
-
-static inline void prefetch_span(const uint8_t *p, size_t n)
-{
-    _mm_prefetch((const char *)(p + PREFETCH_AHEAD), _MM_HINT_T0);
-    _mm_prefetch((const char *)(p + PREFETCH_AHEAD + n - 1), _MM_HINT_T0);
-}
-
 AVX512 static inline __m256i codes1_b32(uint32_t t, const uint8_t *b0)
 {
     if (t == LM_Q8_0)
@@ -360,11 +345,15 @@ AVX512 static INLINE __m512i step_codes(uint32_t t, const uint8_t *blk, size_t b
     return _mm512_setzero_si512();
 }
 
-/* The f16 scales opening the nb blocks of a step (a gather of 32 bits, low halves kept). */
-AVX512 static inline __m512 step_scales(const uint8_t *blk, size_t bs, __mmask16 live)
+/*
+ * The f16 scales opening the live ones of 16 blocks `stride` bytes apart
+ * (consecutive blocks of a row, or one block of 16 rows): a gather of 32
+ * bits, low halves kept.
+ */
+AVX512 static INLINE __m512 block_scales16(const uint8_t *blk, size_t stride, __mmask16 live)
 {
     const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32((int)bs));
+                                          _mm512_set1_epi32((int)stride));
     __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)blk, 1);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
 }
@@ -384,8 +373,7 @@ AVX512 static INLINE __m512i step_pair(const act_row *a, int64_t b, int p, int n
 /* A step of m <= 16 blocks decoded: codes two blocks a vector, scales. */
 AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs, int m, __m512i u[8], __m512 *dw)
 {
-    for (size_t o = 0; o < (size_t)m * bs; o += 64)
-        prefetch_span(blk + o, 1);
+    lm_prefetch_ahead(blk, (size_t)m * bs);
     if (m == 16) {
         _Pragma("GCC unroll 8")
         for (int p = 0; p < 8; p++)
@@ -395,7 +383,7 @@ AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs,
         for (int p = 0; p < 8; p++)
             u[p] = step_codes(t, blk, bs, p, m);
     }
-    *dw = step_scales(blk, bs, (__mmask16)(m == 16 ? 0xffff : (1u << m) - 1));
+    *dw = block_scales16(blk, bs, (__mmask16)(m == 16 ? 0xffff : (1u << m) - 1));
 }
 
 /* One token through a decoded step at block b: its lanes of acc. */
@@ -428,24 +416,18 @@ AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act
 {
     const size_t bs = lm_type_size(t);
     const int64_t nb = k / 32;
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)bs));
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
         const uint8_t *blk = row + (size_t)b * bs;
-        for (size_t o = 0; o < 16 * bs; o += 64)
-            prefetch_span(blk + o, 1);
+        lm_prefetch_ahead(blk, 16 * bs);
         __m512i v[8];
         for (int p = 0; p < 8; p++) {
             int64_t e = (b + 2 * p) * 32;
             v[p] = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4),
                                        ucodes2_b32(t, blk + 2 * p * bs, bs), _mm512_loadu_si512(a->qs + e));
         }
-        /* the f16 scale opens each block: gather 32 bits, keep the low half */
-        __m512i d32 = _mm512_i32gather_epi32(step, (const void *)blk, 1);
-        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-        __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b));
+        __m512 dd = _mm512_mul_ps(block_scales16(blk, bs, 0xffff), _mm512_loadu_ps(a->d + b));
         acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
     }
     if (nb - b > 4) { /* a long tail as one masked step, a short one block by block */
@@ -592,8 +574,7 @@ AVX512 static float one_k(uint32_t t, const uint8_t *row, int64_t k, const act_r
     kblk kb;
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
-        for (size_t o = 0; o < bs; o += 64)
-            prefetch_span(blk + o, 1);
+        lm_prefetch_ahead(blk, bs);
         kblk_decode(t, blk, &kb);
         __m512i sum = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
@@ -622,8 +603,7 @@ AVX512 static void fused_k(uint32_t t, const uint8_t *row, int64_t k, const act_
     kblk kb;
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
-        for (size_t o = 0; o < bs; o += 64)
-            prefetch_span(blk + o, 1);
+        lm_prefetch_ahead(blk, bs);
         kblk_decode(t, blk, &kb);
         __m512i sum[GROUP];
         for (int j = 0; j < n; j++)
@@ -699,8 +679,6 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
         return 0;
     const size_t bs = lm_type_size(t);
     const int64_t nb = k / 32;
-    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32((int)rb));
     __m512 acc[16];
     for (int l = 0; l < 16; l++)
         acc[l] = _mm512_setzero_ps();
@@ -720,16 +698,10 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
         } else {
             sums = rows16_nibble_sums(t, blk, rb, a, b);
         }
-        __m512i d32 = _mm512_i32gather_epi32(at, (const void *)blk, 1);
-        __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)), _mm512_set1_ps(a->d[b]));
+        __m512 dd = _mm512_mul_ps(block_scales16(blk, rb, 0xffff), _mm512_set1_ps(a->d[b]));
         acc[b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sums), acc[b % 16]);
     }
-    __m512 t8[8], t4[4]; /* lm_hsum16's tree, lane by lane */
-    for (int i = 0; i < 8; i++)
-        t8[i] = _mm512_add_ps(acc[i], acc[i + 8]);
-    for (int i = 0; i < 4; i++)
-        t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+    _mm512_storeu_ps(out, hsum16_lanes(acc));
     return 1;
 }
 

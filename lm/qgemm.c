@@ -163,11 +163,11 @@ AVX512 static INLINE void row_groups(const qrow *r, const tgroup *const *g, int 
  */
 AVX512 static INLINE void row_groups_b32(const qrow *r, const tgroup *const *g, int ng, float *out)
 {
-    __m512 acc[16][4];
-    for (int l = 0; l < 16; l++)
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++)
-            acc[l][j] = _mm512_setzero_ps();
+    __m512 acc[4][16];
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < ng; j++)
+        for (int l = 0; l < 16; l++)
+            acc[j][l] = _mm512_setzero_ps();
     for (int64_t b = 0; b < r->k / 32; b++) {
         __m512i v[4];
         _Pragma("GCC unroll 4")
@@ -186,18 +186,12 @@ AVX512 static INLINE void row_groups_b32(const qrow *r, const tgroup *const *g, 
         _Pragma("GCC unroll 4")
         for (int j = 0; j < ng; j++) {
             __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(g[j]->d + b * TG));
-            acc[b % 16][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v[j]), acc[b % 16][j]);
+            acc[j][b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v[j]), acc[j][b % 16]);
         }
     }
     _Pragma("GCC unroll 4")
-    for (int j = 0; j < ng; j++) { /* lm_hsum16's tree: halves, quarters, (0+2) + (1+3) */
-        __m512 t8[8], t4[4];
-        for (int i = 0; i < 8; i++)
-            t8[i] = _mm512_add_ps(acc[i][j], acc[i + 8][j]);
-        for (int i = 0; i < 4; i++)
-            t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
-        _mm512_storeu_ps(out + 16 * j, _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
-    }
+    for (int j = 0; j < ng; j++)
+        _mm512_storeu_ps(out + 16 * j, hsum16_lanes(acc[j]));
 }
 
 /* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */

@@ -23,6 +23,17 @@ AVX512 static INLINE float hsum16_avx512(__m512 acc)
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
+/* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */
+AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
+{
+    __m512 t8[8], t4[4];
+    for (int i = 0; i < 8; i++)
+        t8[i] = _mm512_add_ps(a[i], a[i + 8]);
+    for (int i = 0; i < 4; i++)
+        t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
+    return _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+}
+
 #endif
 
 #endif
