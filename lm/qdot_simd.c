@@ -416,23 +416,14 @@ AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act
 {
     const size_t bs = lm_type_size(t);
     const int64_t nb = k / 32;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps(), dw;
+    __m512i u[8];
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        lm_prefetch_ahead(blk, 16 * bs);
-        __m512i v[8];
-        for (int p = 0; p < 8; p++) {
-            int64_t e = (b + 2 * p) * 32;
-            v[p] = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->negcorr + e / 4),
-                                       ucodes2_b32(t, blk + 2 * p * bs, bs), _mm512_loadu_si512(a->qs + e));
-        }
-        __m512 dd = _mm512_mul_ps(block_scales16(blk, bs, 0xffff), _mm512_loadu_ps(a->d + b));
-        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(block_totals16(v)), acc);
+        step_decode(t, row + (size_t)b * bs, bs, 16, u, &dw);
+        acc = step_dot(a, b, 16, u, dw, acc);
     }
     if (nb - b > 4) { /* a long tail as one masked step, a short one block by block */
-        __m512 dw;
-        __m512i u[8];
         step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), u, &dw);
         return hsum16_avx512(step_dot(a, b, (int)(nb - b), u, dw, acc));
     }
