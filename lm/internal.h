@@ -88,7 +88,6 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 
 /* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */
 typedef struct tgroup {
-    int64_t k;
     uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 */
     float *d;          /* [blocks][16]: block scales */
     int16_t *sum16;    /* [k/32][16][2]: the sums of each two groups of 16 codes */
@@ -126,7 +125,6 @@ typedef struct mm_scratch {
     float **outs;      /* per thread: one row's outputs for a token block */
     uint8_t *tg_mem;   /* the token groups of a batch (K-quants, AVX-512) */
     tgroup *groups;
-    int max_tok;
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);

@@ -53,7 +53,6 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i])
             return -1;
     }
-    s->max_tok = max_tok;
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
     s->groups = calloc((size_t)n_groups, sizeof *s->groups);

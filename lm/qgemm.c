@@ -31,7 +31,6 @@ size_t lm_tgroup_bytes(int64_t k)
 static void tgroup_layout(tgroup *g, int64_t k, void *base)
 {
     uint8_t *p = base;
-    g->k = k;
     g->q = p;
     p += (size_t)k * TG;
     g->d = (float *)p;
