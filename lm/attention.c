@@ -144,24 +144,13 @@ float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, doubl
     return (float)(1.0 / sum);
 }
 
-void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
-                    float *out, float *scores, float *tmp, int isa)
+/* One query, portably (and for head sizes the vector kernel does not take). */
+static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, int hd, int hdv,
+                       float scale, float cap, float *scores, float *tmp, int isa)
 {
-    const lm_hparams *hp = &m->hp;
-    const int hd = hp->head_dim, hdv = hp->head_dim_v, kh = h / (hp->n_head / hp->n_head_kv);
-    const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
-    const float cap = hp->attn_softcap;
-    int lo = 0;
-    if (lm_layer_swa(m, il) && pos - hp->sliding_window + 1 > 0)
-        lo = pos - hp->sliding_window + 1;
-    const int f16 = kv->type == LM_KV_F16;
-    const void *k0 = f16 ? (const void *)(row_f16(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd)
-                         : (const void *)(row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd);
-    const void *v0 = f16 ? (const void *)(row_f16(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv)
-                         : (const void *)(row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv);
-    if (isa >= LM_ISA_AVX512 && lm_attend_avx512(q, k0, (size_t)kv->k_dim, v0, (size_t)kv->v_dim, lo,
-                                                 pos, hd, hdv, scale, cap, scores, out, f16))
-        return;
+    const float *q = qa->q;
+    float *out = qa->out;
+    const int lo = qa->lo, pos = qa->pos;
     float mx = -INFINITY;
     for (int j = lo; j <= pos; j++) {
         float s = lm_dot_f(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd, isa) * scale;
@@ -183,6 +172,31 @@ void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, 
     }
     for (int i = 0; i < hdv; i++)
         out[i] += odd[i];
+}
+
+void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
+                     float *scores, size_t sstride, float *acc, float *tmp, int isa)
+{
+    const lm_hparams *hp = &m->hp;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v;
+    const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
+    const float cap = hp->attn_softcap;
+    const int swa = lm_layer_swa(m, il);
+    for (int a = 0; a < n; a++) {
+        int lo = qs[a].pos - hp->sliding_window + 1;
+        qs[a].lo = swa && lo > 0 ? lo : 0;
+    }
+    const int f16 = kv->type == LM_KV_F16;
+    const void *k0 = f16 ? (const void *)(row_f16(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd)
+                         : (const void *)(row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd);
+    const void *v0 = f16 ? (const void *)(row_f16(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv)
+                         : (const void *)(row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv);
+    if (isa >= LM_ISA_AVX512 && lm_attend_group_avx512(qs, n, k0, (size_t)kv->k_dim, v0,
+                                                       (size_t)kv->v_dim, hd, hdv, scale, cap,
+                                                       scores, sstride, acc, f16))
+        return;
+    for (int a = 0; a < n; a++)
+        attend_one(kv, il, kh, &qs[a], hd, hdv, scale, cap, scores, tmp, isa);
 }
 
 /* ---- GELU ---- */

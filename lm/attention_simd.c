@@ -121,87 +121,273 @@ INLINE_AVX512 float score1(const __m512 *qv, const void *k0, size_t kstride, int
     return hsum16_avx512(acc) * scale;
 }
 
-INLINE_AVX512 void attend(const float *q, const void *k0, size_t kstride, const void *v0,
-                          size_t vstride, int lo, int pos, int nq, int nv, float scale, float cap,
-                          float *scores, float *out, int f16)
+/*
+ * Keys per block: one block of a head's K rows (then of its V rows) stays in
+ * L1 while every query of the group goes over it.  Read once per query from
+ * L2 instead, the cache was the bottleneck: 512 bytes a key at L2 speed.
+ */
+static int block_keys(int hd, int f16)
 {
-    __m512 qv[16], o[16], odd[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) /* (dead stores past nq, nv; quiets -Wmaybe-uninitialized) */
-        qv[i] = o[i] = odd[i] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int i = 0; i < nq; i++)
-        qv[i] = _mm512_loadu_ps(q + 16 * i);
-    /* the maximum is the same in any order: max_ps(s, m) keeps m when s is
-       NaN, as the scalar "s > mx" does, and the sign of a zero maximum does
-       not change exp(s - mx) */
-    __m512 vmx = _mm512_set1_ps(-__builtin_inff());
-    int j16 = lo;
-    for (; j16 + 16 <= pos + 1; j16 += 16)
-        vmx = _mm512_max_ps(scores16(qv, k0, kstride, j16, nq, scale, f16, scores), vmx);
-    /* soft-capped scores take their maximum after the cap, one at a time */
-    float mx = cap > 0 ? -__builtin_inff() : _mm512_reduce_max_ps(vmx);
-    for (int j = cap > 0 ? lo : j16; j <= pos; j++) {
-        float s = j < j16 ? scores[j] : score1(qv, k0, kstride, j, nq, scale, f16);
-        if (cap > 0)
-            s = cap * tanhf(s / cap);
-        scores[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    float inv = lm_softmax_exp_avx512(scores, lo, pos, mx);
-    int j = lo;
-    for (; j < pos; j += 2) { /* keys lo, lo+2, ... into o; lo+1, lo+3, ... into odd */
-        size_t v1 = (size_t)j * vstride, v2 = v1 + vstride;
-        __m512 w1 = _mm512_set1_ps(scores[j] * inv), w2 = _mm512_set1_ps(scores[j + 1] * inv);
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) {
-            o[i] = _mm512_fmadd_ps(w1, kv16(v0, v1 + 16 * (size_t)i, f16), o[i]);
-            odd[i] = _mm512_fmadd_ps(w2, kv16(v0, v2 + 16 * (size_t)i, f16), odd[i]);
-        }
-    }
-    if (j == pos) {
-        __m512 w = _mm512_set1_ps(scores[j] * inv);
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++)
-            o[i] = _mm512_fmadd_ps(w, kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16), o[i]);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++)
-        _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(o[i], odd[i]));
+    int kb = (16384 / (hd * (f16 ? 2 : 4))) & ~15;
+    return kb < 16 ? 16 : kb;
 }
 
-/* attend with the cache type made a constant too. */
-INLINE_AVX512 void attend_sized(const float *q, const void *k0, size_t kstride, const void *v0,
-                                size_t vstride, int lo, int pos, int nq, int nv, float scale,
-                                float cap, float *scores, float *out, int f16)
+/* Scores of keys [b0, b1) for each query that sees them; running maxima in vmx (groups) and smx (single keys). */
+INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, size_t kstride, int b0,
+                                int b1, int nq, float scale, int f16, float *scores,
+                                size_t sstride, __m512 *vmx, float *smx)
 {
-    if (f16)
-        attend(q, k0, kstride, v0, vstride, lo, pos, nq, nv, scale, cap, scores, out, 1);
-    else
-        attend(q, k0, kstride, v0, vstride, lo, pos, nq, nv, scale, cap, scores, out, 0);
+    for (int a = 0; a < n; a++) {
+        int j = b0 > qs[a].lo ? b0 : qs[a].lo, hi = b1 < qs[a].pos + 1 ? b1 : qs[a].pos + 1;
+        if (j >= hi)
+            continue;
+        __m512 qv[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            qv[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int i = 0; i < nq; i++)
+            qv[i] = _mm512_loadu_ps(qs[a].q + 16 * i);
+        float *sc = scores + (size_t)a * sstride;
+        /* the maximum is the same in any order: max_ps(s, m) keeps m when s
+           is NaN, as the scalar "s > mx" does, and the sign of a zero
+           maximum does not change exp(s - mx) */
+        for (; j + 16 <= hi; j += 16)
+            vmx[a] = _mm512_max_ps(scores16(qv, k0, kstride, j, nq, scale, f16, sc), vmx[a]);
+        for (; j < hi; j++) {
+            float s = score1(qv, k0, kstride, j, nq, scale, f16);
+            sc[j] = s;
+            smx[a] = s > smx[a] ? s : smx[a];
+        }
+    }
+}
+
+/* Softmax of one query's scores, left in place as the weights exp(s - mx) / sum. */
+AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx, float smx)
+{
+    float mx = _mm512_reduce_max_ps(vmx);
+    mx = smx > mx ? smx : mx;
+    if (cap > 0) { /* soft-capped scores take their maximum after the cap, one at a time */
+        mx = -__builtin_inff();
+        for (int j = lo; j <= pos; j++) {
+            float s = cap * tanhf(sc[j] / cap);
+            sc[j] = s;
+            mx = s > mx ? s : mx;
+        }
+    }
+    float inv = lm_softmax_exp_avx512(sc, lo, pos, mx);
+    int j = lo;
+    for (; j + 16 <= pos + 1; j += 16)
+        _mm512_storeu_ps(sc + j, _mm512_mul_ps(_mm512_loadu_ps(sc + j), _mm512_set1_ps(inv)));
+    for (; j <= pos; j++)
+        sc[j] *= inv;
 }
 
 /*
- * One query head against cache rows lo..pos (f32 or f16).  Same steps as
- * the portable lm_attend_head, with the loops vectorized; it is used for
+ * Weighted values of keys j..end into the sums of query a (o, e) and, when
+ * two, of query b too, each value vector loaded once for both.  Key k goes
+ * to e when (k - lo) is odd (par: j's parity), else to o, in key order.
+ */
+INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, int par, int nv,
+                              int f16, int two, const float *wa, const float *wb, __m512 *oa,
+                              __m512 *ea, __m512 *ob, __m512 *eb)
+{
+    if (j <= end && par) {
+        __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) {
+            __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
+            ea[i] = _mm512_fmadd_ps(x, v, ea[i]);
+            if (two)
+                eb[i] = _mm512_fmadd_ps(y, v, eb[i]);
+        }
+        j++;
+    }
+    for (; j < end; j += 2) {
+        size_t r1 = (size_t)j * vstride, r2 = r1 + vstride;
+        __m512 x1 = _mm512_set1_ps(wa[j]), x2 = _mm512_set1_ps(wa[j + 1]);
+        __m512 y1 = _mm512_set1_ps(two ? wb[j] : 0.0f), y2 = _mm512_set1_ps(two ? wb[j + 1] : 0.0f);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) {
+            __m512 v1 = kv16(v0, r1 + 16 * (size_t)i, f16), v2 = kv16(v0, r2 + 16 * (size_t)i, f16);
+            oa[i] = _mm512_fmadd_ps(x1, v1, oa[i]);
+            ea[i] = _mm512_fmadd_ps(x2, v2, ea[i]);
+            if (two) {
+                ob[i] = _mm512_fmadd_ps(y1, v1, ob[i]);
+                eb[i] = _mm512_fmadd_ps(y2, v2, eb[i]);
+            }
+        }
+    }
+    if (j == end) {
+        __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) {
+            __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
+            oa[i] = _mm512_fmadd_ps(x, v, oa[i]);
+            if (two)
+                ob[i] = _mm512_fmadd_ps(y, v, ob[i]);
+        }
+    }
+}
+
+/* A query's keys within [b0, b1): j..*end, empty when j > *end. */
+static inline int block_range(const lm_attq *qa, int b0, int b1, int *end)
+{
+    *end = b1 - 1 < qa->pos ? b1 - 1 : qa->pos;
+    return b0 > qa->lo ? b0 : qa->lo;
+}
+
+/* Sums of a query, kept in acc between blocks: o in the first 16 vectors, e in the next. */
+INLINE_AVX512 void sums_load(const float *acc, int nv, __m512 *o, __m512 *e)
+{
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) /* (dead stores past nv; quiets -Wmaybe-uninitialized) */
+        o[i] = e[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        o[i] = _mm512_loadu_ps(acc + 16 * i);
+        e[i] = _mm512_loadu_ps(acc + 16 * (16 + i));
+    }
+}
+
+INLINE_AVX512 void sums_store(float *acc, int nv, const __m512 *o, const __m512 *e)
+{
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        _mm512_storeu_ps(acc + 16 * i, o[i]);
+        _mm512_storeu_ps(acc + 16 * (16 + i), e[i]);
+    }
+}
+
+/*
+ * Weighted values of keys [b0, b1) into each query's sums (acc).  Two
+ * queries with the same lo go together over their common keys, sharing
+ * each value load (when their sums fit in registers: nv <= 4).
+ */
+INLINE_AVX512 void group_values(const lm_attq *qs, int n, const void *v0, size_t vstride, int b0,
+                                int b1, int nv, int f16, const float *w, size_t sstride,
+                                float *acc)
+{
+    for (int a = 0; a < n;) {
+        int ea_, eb_ = -1, ja = block_range(&qs[a], b0, b1, &ea_), jb = ja, two = 0;
+        if (a + 1 < n && nv <= 4 && qs[a + 1].lo == qs[a].lo) {
+            jb = block_range(&qs[a + 1], b0, b1, &eb_);
+            two = ja <= ea_ && jb <= eb_;
+        }
+        if (!two && ja > ea_) {
+            a++;
+            continue;
+        }
+        const float *wa = w + (size_t)a * sstride, *wb = wa + sstride;
+        float *acc_a = acc + (size_t)a * LM_ATT_ACC, *acc_b = acc_a + LM_ATT_ACC;
+        const int lo = qs[a].lo;
+        __m512 oa[16], ea[16], ob[16], eb[16];
+        sums_load(acc_a, nv, oa, ea);
+        if (two) {
+            int common = ea_ < eb_ ? ea_ : eb_;
+            sums_load(acc_b, nv, ob, eb);
+            values_run(v0, vstride, ja, common, (ja - lo) % 2, nv, f16, 1, wa, wb, oa, ea, ob, eb);
+            values_run(v0, vstride, common + 1, ea_, (common + 1 - lo) % 2, nv, f16, 0, wa, wa, oa,
+                       ea, oa, ea);
+            values_run(v0, vstride, common + 1, eb_, (common + 1 - lo) % 2, nv, f16, 0, wb, wb, ob,
+                       eb, ob, eb);
+            sums_store(acc_b, nv, ob, eb);
+        } else {
+            values_run(v0, vstride, ja, ea_, (ja - lo) % 2, nv, f16, 0, wa, wa, oa, ea, oa, ea);
+        }
+        sums_store(acc_a, nv, oa, ea);
+        a += 1 + two;
+    }
+}
+
+/*
+ * Asks for the head's rows of keys [b0, b1) (bytes each, stride apart) to be
+ * brought into cache: the next block's, while the group works on this one.
+ */
+static inline void prefetch_rows(const void *base, size_t stride, int b0, int b1, int hi,
+                                 size_t bytes)
+{
+    const char *p = base;
+    for (int j = b0; j < b1 && j <= hi; j++)
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch(p + (size_t)j * stride + off, 0, 3);
+}
+
+/* The queries' key range: from the lowest lo to the highest pos. */
+static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
+{
+    *lo = qs[0].lo, *hi = qs[0].pos;
+    for (int a = 1; a < n; a++) {
+        *lo = qs[a].lo < *lo ? qs[a].lo : *lo;
+        *hi = qs[a].pos > *hi ? qs[a].pos : *hi;
+    }
+}
+
+INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, size_t kstride,
+                                const void *v0, size_t vstride, int nq, int nv, float scale,
+                                float cap, float *scores, size_t sstride, float *acc, int f16)
+{
+    __m512 vmx[LM_ATT_QMAX];
+    float smx[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++)
+        vmx[a] = _mm512_set1_ps(-__builtin_inff()), smx[a] = -__builtin_inff();
+    int lo, hi, kb = block_keys(16 * (nq > nv ? nq : nv), f16);
+    group_span(qs, n, &lo, &hi);
+    const size_t es = f16 ? 2 : 4;
+    for (int b = lo; b <= hi; b += kb) {
+        prefetch_rows(k0, kstride * es, b + kb, b + 2 * kb, hi, 64 * (size_t)nq * es);
+        group_scores(qs, n, k0, kstride, b, b + kb, nq, scale, f16, scores, sstride, vmx, smx);
+    }
+    for (int a = 0; a < n; a++)
+        softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a], smx[a]);
+    memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
+    for (int b = lo; b <= hi; b += kb) {
+        prefetch_rows(v0, vstride * es, b + kb, b + 2 * kb, hi, 64 * (size_t)nv * es);
+        group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, acc);
+    }
+    for (int a = 0; a < n; a++) {
+        const float *oa = acc + (size_t)a * LM_ATT_ACC;
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
+            _mm512_storeu_ps(qs[a].out + 16 * i, _mm512_add_ps(_mm512_loadu_ps(oa + 16 * i),
+                                                               _mm512_loadu_ps(oa + 16 * (16 + i))));
+    }
+}
+
+/* attend_group with the cache type made a constant too. */
+INLINE_AVX512 void attend_sized(const lm_attq *qs, int n, const void *k0, size_t kstride,
+                                const void *v0, size_t vstride, int nq, int nv, float scale,
+                                float cap, float *scores, size_t sstride, float *acc, int f16)
+{
+    if (f16)
+        attend_group(qs, n, k0, kstride, v0, vstride, nq, nv, scale, cap, scores, sstride, acc, 1);
+    else
+        attend_group(qs, n, k0, kstride, v0, vstride, nq, nv, scale, cap, scores, sstride, acc, 0);
+}
+
+/*
+ * Up to LM_ATT_QMAX query heads sharing one KV head, against the cache rows
+ * each sees (f32 or f16).  Each query gets the bytes of the portable
+ * lm_attend_head: the same per-key steps, the same addition orders; only
+ * the order in which queries and keys are visited differs.  It is used for
  * every batch shape, so evaluation stays deterministic.  The usual head
  * sizes get their own unrolled copies.
  */
-AVX512 int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
-                            size_t vstride, int lo, int pos, int hd, int hdv, float scale,
-                            float cap, float *scores, float *out, int f16)
+AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
+                                  const void *v0, size_t vstride, int hd, int hdv, float scale,
+                                  float cap, float *scores, size_t sstride, float *acc, int f16)
 {
-    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256)
+    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
         return 0;
     if (hd == 64 && hdv == 64)
-        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 4, 4, scale, cap, scores, out, f16);
+        attend_sized(qs, n, k0, kstride, v0, vstride, 4, 4, scale, cap, scores, sstride, acc, f16);
     else if (hd == 128 && hdv == 128)
-        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 8, 8, scale, cap, scores, out, f16);
+        attend_sized(qs, n, k0, kstride, v0, vstride, 8, 8, scale, cap, scores, sstride, acc, f16);
     else if (hd == 256 && hdv == 256)
-        attend_sized(q, k0, kstride, v0, vstride, lo, pos, 16, 16, scale, cap, scores, out, f16);
+        attend_sized(qs, n, k0, kstride, v0, vstride, 16, 16, scale, cap, scores, sstride, acc, f16);
     else
-        attend_sized(q, k0, kstride, v0, vstride, lo, pos, hd / 16, hdv / 16, scale, cap, scores,
-                     out, f16);
+        attend_sized(qs, n, k0, kstride, v0, vstride, hd / 16, hdv / 16, scale, cap, scores,
+                     sstride, acc, f16);
     return 1;
 }
 
@@ -211,12 +397,12 @@ float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
     return lm_softmax_exp(scores, lo, hi, mx);
 }
 
-int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
-                     size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
-                     float *scores, float *out, int f16)
+int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
+                           const void *v0, size_t vstride, int hd, int hdv, float scale, float cap,
+                           float *scores, size_t sstride, float *acc, int f16)
 {
-    (void)q, (void)k0, (void)kstride, (void)v0, (void)vstride, (void)lo, (void)pos, (void)hd;
-    (void)hdv, (void)scale, (void)cap, (void)scores, (void)out, (void)f16;
+    (void)qs, (void)n, (void)k0, (void)kstride, (void)v0, (void)vstride, (void)hd, (void)hdv;
+    (void)scale, (void)cap, (void)scores, (void)sstride, (void)acc, (void)f16;
     return 0;
 }
 #endif

@@ -29,8 +29,8 @@ struct lm_ctx {
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
     mm_scratch mm;       /* matmul: quantized activations, decoded rows */
     float **scratch;     /* per thread: a head converted from an f16 cache */
-    float **scores;      /* per thread: attention scores over the cache */
-    int scores_cap;
+    float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
+    int scores_cap, att_qmax;
 };
 
 static float *alloc_floats(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
@@ -101,7 +101,7 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if (c->o_dim > widest)
         widest = c->o_dim;
-    /* attention uses 2 * max(head_dim, head_dim_v) of it (lm_attend_head) */
+    /* attention uses 2 * max(head_dim, head_dim_v) of it (lm_attend_group) */
     int64_t head = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
     for (int i = 0; i < c->n_threads; i++)
         if (!(c->scratch[i] = alloc_floats((size_t)(widest + 2 * head))))
@@ -168,21 +168,46 @@ void lm_kv_free(lm_kv *kv)
 
 /* ---------------------------------------------------------------- steps */
 
+/*
+ * Chunks the queries of one KV head are split into: at most qmax queries
+ * each, and enough chunks that every thread gets about two jobs.
+ */
+static int attention_chunks(int per_kv, int n_kv, int n_threads, int qmax)
+{
+    int chunks = (per_kv + qmax - 1) / qmax;
+    int spread = (2 * n_threads + n_kv - 1) / n_kv;
+    if (chunks < spread)
+        chunks = spread < per_kv ? spread : per_kv;
+    return chunks;
+}
+
 static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
 {
     const lm_hparams *hp = &c->m->hp;
-    /* Head-major, in contiguous blocks per thread: consecutive jobs read the
-       same cache rows (one head's tokens, then the next head sharing its
-       K/V), so a layer's cache is read from memory about once per thread
-       instead of once per token. */
-    int jobs = n * hp->n_head;
+    /* The queries sharing a KV head (its query heads, for every token) go
+       over its cache rows together, a block of keys at a time, so the cache
+       is read from memory once per job instead of once per query.  Jobs are
+       in contiguous runs per thread: a thread's next job mostly shares its
+       KV head, whose rows are then still in L2. */
+    const int group = hp->n_head / hp->n_head_kv, per_kv = group * n;
+    const int chunks = attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax);
+    const int jobs = hp->n_head_kv * chunks;
 #pragma omp parallel for num_threads(c->n_threads) schedule(static)
     for (int job = 0; job < jobs; job++) {
-        int h = job / n, t = job % n;
-        int tid = omp_get_thread_num();
-        lm_attend_head(c->m, kv, il, pos0 + t, h, c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
-                       c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v, c->scores[tid],
-                       c->scratch[tid], c->mm.isa);
+        int kh = job / chunks, part = job % chunks, tid = omp_get_thread_num();
+        int r0 = (int)((int64_t)per_kv * part / chunks);
+        int r1 = (int)((int64_t)per_kv * (part + 1) / chunks);
+        lm_attq qs[LM_ATT_QMAX];
+        for (int r = r0; r < r1; r++) { /* token-major: a chunk's keys end near together */
+            int t = r / group, h = kh * group + r % group;
+            qs[r - r0] = (lm_attq){.q = c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
+                                   .out = c->att + (size_t)t * c->o_dim + (size_t)h * hp->head_dim_v,
+                                   .pos = pos0 + t};
+        }
+        float *scores = c->scores[tid];
+        lm_attend_group(c->m, kv, il, kh, qs, r1 - r0, scores, (size_t)c->scores_cap,
+                        scores + (size_t)c->att_qmax * (size_t)c->scores_cap, c->scratch[tid],
+                        c->mm.isa);
     }
 }
 
@@ -303,12 +328,16 @@ static void ffn_block(lm_ctx *c, int il, int n)
     residual(c, c->proj, L->post_ffn_norm, n);
 }
 
+/* Score rows for n_ctx keys: as many queries at once as 4 MiB a thread holds (1..LM_ATT_QMAX). */
 static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
 {
     if (c->scores_cap >= n_ctx)
         return 0;
+    int qmax = (1 << 20) / n_ctx;
+    qmax = qmax < 1 ? 1 : qmax > LM_ATT_QMAX ? LM_ATT_QMAX : qmax;
+    size_t floats = (size_t)qmax * (size_t)n_ctx + (size_t)qmax * LM_ATT_ACC;
     for (int i = 0; i < c->n_threads; i++) {
-        float *p = realloc(c->scores[i], (size_t)n_ctx * sizeof(float));
+        float *p = realloc(c->scores[i], floats * sizeof(float));
         if (!p) {
             lm_seterr(e, "out of memory for attention scores");
             return -1;
@@ -316,6 +345,7 @@ static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
         c->scores[i] = p;
     }
     c->scores_cap = n_ctx;
+    c->att_qmax = qmax;
     return 0;
 }
 

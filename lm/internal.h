@@ -137,17 +137,28 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
 void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
+/* One query head of a group sharing a KV head: keys lo..pos of the cache. */
+typedef struct lm_attq {
+    const float *q;
+    float *out;
+    int lo, pos;
+} lm_attq;
+#define LM_ATT_QMAX 16     /* queries attended together, at most */
+#define LM_ATT_ACC (32 * 16) /* floats of the value sums of one query (o, odd) */
 /*
- * One query head at pos against the cache of layer il; scores: n_ctx floats,
+ * Queries qs[0..n) (n <= LM_ATT_QMAX) of KV head kh against the cache of
+ * layer il; each query's pos is set, lo is set here (sliding windows).
+ * scores: n rows of sstride >= n_ctx floats; acc: n * LM_ATT_ACC floats;
  * tmp: 2 * max(head_dim, head_dim_v) floats.  The weighted values are summed
  * in two interleaved halves (keys lo, lo+2, ... and lo+1, lo+3, ...) added at
- * the end: two chains of additions keep the vector units busy.
+ * the end: two chains of additions keep the vector units busy.  A query's
+ * result does not depend on the others in its group.
  */
-void lm_attend_head(const lm_model *m, const lm_kv *kv, int il, int pos, int h, const float *q,
-                    float *out, float *scores, float *tmp, int isa);
-int lm_attend_avx512(const float *q, const void *k0, size_t kstride, const void *v0,
-                     size_t vstride, int lo, int pos, int hd, int hdv, float scale, float cap,
-                     float *scores, float *out, int f16);
+void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
+                     float *scores, size_t sstride, float *acc, float *tmp, int isa);
+int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
+                           const void *v0, size_t vstride, int hd, int hdv, float scale, float cap,
+                           float *scores, size_t sstride, float *acc, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);

@@ -548,12 +548,18 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
         out[i] += odd[i];
 }
 
-/* The AVX-512 attention (16 keys a step, vector exp) gives the portable bytes. */
+/*
+ * The AVX-512 attention (groups of queries over blocks of keys, 16 keys a
+ * step, vector exp) gives every query the portable bytes, whatever the
+ * other queries of its group: positions and windows differ within a group,
+ * pairs share value loads, and rows span several key blocks.
+ */
 START_TEST(test_attention_fast_bitwise)
 {
-    enum { N = 53, HD = 256 };
+    enum { N = 150, HD = 256, NQ = LM_ATT_QMAX };
     static const int dims[] = {64, 96, 128, 256}; /* the unrolled sizes, and one that is not */
-    static float k[N * HD], v[N * HD], q[HD], s1[N], s2[N], o1[HD], o2[HD];
+    static float k[N * HD], v[N * HD], q[NQ * HD], s1[N], s2[NQ * N], o1[HD], o2[NQ * HD];
+    static float acc[NQ * LM_ATT_ACC];
     static uint16_t k16[N * HD], v16[N * HD];
     if (lm_cpu_isa() < LM_ISA_AVX512)
         return;
@@ -561,20 +567,28 @@ START_TEST(test_attention_fast_bitwise)
         k16[i] = lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f), k[i] = lm_f16_to_f32(k16[i]);
         v16[i] = lm_f32_to_f16(cosf((float)i * 0.21f)), v[i] = lm_f16_to_f32(v16[i]);
     }
-    for (int i = 0; i < HD; i++)
+    for (int i = 0; i < NQ * HD; i++)
         q[i] = sinf((float)i * 1.3f);
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int f16 = 0; f16 < 2; f16++)
-            for (int lo = 0; lo < 20; lo += 7)
-                for (int pos = lo; pos < N; pos += 3) {
+            for (int n = 1; n <= NQ; n += 5) /* 1, 6, 11, 16 queries */
+                for (int start = 0; start < N; start += 37) {
                     int hd = dims[d];
-                    float cap = pos % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
-                    attend_ref(q, k, v, lo, pos, hd, sc, cap, s1, o1);
-                    ck_assert(lm_attend_avx512(q, f16 ? (void *)k16 : k, (size_t)hd,
-                                               f16 ? (void *)v16 : v, (size_t)hd, lo, pos, hd, hd,
-                                               sc, cap, s2, o2, f16));
-                    ck_assert_msg(!memcmp(o1, o2, (size_t)hd * 4), "hd %d f16 %d lo %d pos %d", hd,
-                                  f16, lo, pos);
+                    float cap = start % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
+                    lm_attq qs[NQ];
+                    for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
+                        int pos = (start + 13 * a) % N, lo = (a / 2) % 3 == 2 ? pos / 3 : 0;
+                        qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
+                    }
+                    ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)k16 : k, (size_t)hd,
+                                                     f16 ? (void *)v16 : v, (size_t)hd, hd, hd, sc,
+                                                     cap, s2, N, acc, f16));
+                    for (int a = 0; a < n; a++) {
+                        attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
+                        ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
+                                      "hd %d f16 %d query %d of %d (lo %d pos %d)", hd, f16, a, n,
+                                      qs[a].lo, qs[a].pos);
+                    }
                 }
 }
 END_TEST
