@@ -75,7 +75,8 @@ int chat_open(chat *c, const cli_opts *o, volatile int *interrupt)
         return cli_error("%s", e.msg);
     }
     c->sampler = lm_sampler_new(&c->sampling, c->model.hp.n_vocab);
-    if (!c->sampler || (o->system_prompt && chat_set_system(c, o->system_prompt))) {
+    c->memo = tok_memo_new();
+    if (!c->sampler || !c->memo || (o->system_prompt && chat_set_system(c, o->system_prompt))) {
         chat_close(c);
         return cli_error("out of memory");
     }
@@ -88,6 +89,7 @@ void chat_close(chat *c)
     free(c->msgs);
     free(c->system);
     lm_sampler_free(c->sampler);
+    tok_memo_free(c->memo);
     if (c->kv.lm)
         kv_free(&c->kv);
     tok_free(c->vocab);
@@ -153,7 +155,7 @@ static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
     free(m);
     if (!text)
         return lm_seterr(e, "out of memory"), -1;
-    int rc = tok_encode(c->vocab, text, len, 1, c->family != TMPL_RAW, ids, n, e);
+    int rc = tok_encode_memo(c->vocab, c->memo, text, len, 1, c->family != TMPL_RAW, ids, n, e);
     free(text);
     return rc;
 }

@@ -68,6 +68,7 @@ typedef struct reply_sink {
 typedef struct chat {
     lm_model model;
     tok_vocab *vocab;
+    tok_memo *memo;             /* the last rendering's token ids, for the next turn */
     kv_context kv;
     lm_sampler *sampler;
     lm_sampling sampling;

@@ -120,6 +120,67 @@ static int encode_n(const tok_vocab *v, const char *s, int add, int special, int
     return n;
 }
 
+/* A special token of v whose text can cut a conversation into pieces. */
+static const char *some_special(const tok_vocab *v)
+{
+    static const char *const names[] = {"<|im_start|>", "<start_of_turn>", "<|user|>", "<s>",
+                                        "<|start_header_id|>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (tok_find(v, names[i], strlen(names[i])) >= 0)
+            return names[i];
+    return NULL;
+}
+
+/*
+ * A memo gives tok_encode's ids for a growing, edited and repeated
+ * conversation, and does reuse the pieces that repeat.
+ */
+START_TEST(test_memo_same_ids)
+{
+    static const char *const vocabs[] = {"vocab/ggml-vocab-qwen2.gguf", "vocab/ggml-vocab-llama-spm.gguf",
+                                         "vocab/ggml-vocab-phi-3.gguf", "vocab/ggml-vocab-gemma3.gguf",
+                                         "vocab/ggml-vocab-llama3.gguf"};
+    static const char *const msgs[] = {"user\nHello there ", "assistant\n Hi!  How can I help?\n",
+                                       "user\nTell me 日本 things\t\n", "assistant\nSure:  1, 2, 3 "};
+    for (size_t iv = 0; iv < sizeof vocabs / sizeof vocabs[0]; iv++) {
+        vfile f;
+        vopen(&f, vocabs[iv]);
+        const char *sp = some_special(f.v);
+        ck_assert_msg(sp, "%s: no special token", vocabs[iv]);
+        tok_memo *memo = tok_memo_new();
+        ck_assert(memo);
+        char text[1024];
+        /* turns 1..4, then turn 2 with its first message edited, then turn 4 again */
+        static const int turns[] = {1, 2, 3, 4, -2, 4}, reused[] = {0, 1, 2, 3, 1, 1};
+        for (size_t k = 0; k < sizeof turns / sizeof turns[0]; k++) {
+            int nm = abs(turns[k]);
+            text[0] = 0;
+            for (int i = 0; i < nm; i++) {
+                strcat(text, sp);
+                strcat(text, i == 0 && turns[k] < 0 ? "user\nHello here" : msgs[i]);
+            }
+            strcat(text, sp);
+            int32_t *a, *b;
+            int na, nb;
+            lm_err e;
+            ck_assert(tok_encode(f.v, text, strlen(text), 1, 1, &a, &na, &e) == 0);
+            ck_assert(tok_encode_memo(f.v, memo, text, strlen(text), 1, 1, &b, &nb, &e) == 0);
+            ck_assert_msg(na == nb && !memcmp(a, b, (size_t)na * sizeof *a), "%s, call %zu",
+                          vocabs[iv], k);
+            /* at least the messages that repeat the last call's at the same place
+               (more where special tokens cut messages, as Gemma's whitespace runs) */
+            int got = tok_memo_reused(memo);
+            ck_assert_msg(k == 0 ? got == 0 : got >= reused[k], "%s, call %zu: %d pieces reused",
+                          vocabs[iv], k, got);
+            free(a);
+            free(b);
+        }
+        tok_memo_free(memo);
+        vclose(&f);
+    }
+}
+END_TEST
+
 START_TEST(test_special_parsing)
 {
     vfile f;
@@ -213,6 +274,7 @@ TCase *tcase_tok(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_vocab_vectors);
     tcase_add_test(tc, test_special_parsing);
+    tcase_add_test(tc, test_memo_same_ids);
     tcase_add_test(tc, test_bos_flags);
     tcase_add_test(tc, test_byte_fallback_and_stream);
     tcase_add_test(tc, test_invalid_utf8);

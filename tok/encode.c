@@ -365,23 +365,111 @@ static int spm_fragment(const tok_vocab *v, const char *s, size_t len, int prefi
     return rc;
 }
 
-static int encode_fragments(const tok_vocab *v, const char *text, const frags *f, tok_out *o)
+/* A fragment as encoded: where its ids went, and its SentencePiece prefix flag. */
+typedef struct memo_frag {
+    frag f;
+    int prefix, first, n;
+} memo_frag;
+
+/*
+ * The fragments of the last text tokenized through a memo and their ids.
+ * Fragments are encoded independently of each other, so one that repeats
+ * byte for byte at the same place (with the same prefix flag) gets the
+ * same ids: a chat's conversation is re-tokenized every turn, and all but
+ * the newest messages are such repeats.
+ */
+struct tok_memo {
+    const tok_vocab *v;
+    int parse_special;
+    char *text;
+    memo_frag *mf;
+    int nf;
+    int32_t *ids;
+    int reused; /* fragments of the last call taken from here */
+};
+
+tok_memo *tok_memo_new(void) { return calloc(1, sizeof(tok_memo)); }
+
+static void memo_clear(tok_memo *m)
+{
+    free(m->text);
+    free(m->mf);
+    free(m->ids);
+    m->text = NULL, m->mf = NULL, m->ids = NULL, m->nf = 0;
+}
+
+void tok_memo_free(tok_memo *m)
+{
+    if (m)
+        memo_clear(m);
+    free(m);
+}
+
+int tok_memo_reused(const tok_memo *m) { return m ? m->reused : 0; }
+
+/* The memo's ids for fragment i of text, or NULL when that fragment differs. */
+static const memo_frag *memo_hit(const tok_memo *m, const char *text, int i, const frag *x,
+                                 int prefix)
+{
+    if (!m || i >= m->nf)
+        return NULL;
+    const memo_frag *e = &m->mf[i];
+    if (e->f.token != -1 || e->f.len != x->len || e->prefix != prefix ||
+        memcmp(m->text + e->f.off, text + x->off, x->len))
+        return NULL;
+    return e;
+}
+
+/* Makes text, its fragments and ids the memo's; on no memory the memo is just emptied. */
+static void memo_keep(tok_memo *m, const tok_vocab *v, int parse_special, const char *text,
+                      size_t len, memo_frag *mf, int nf, const tok_out *o)
+{
+    memo_clear(m);
+    m->v = v, m->parse_special = parse_special;
+    m->text = malloc(len ? len : 1);
+    m->ids = malloc((o->n ? (size_t)o->n : 1) * sizeof *m->ids);
+    if (!m->text || !m->ids) {
+        free(mf);
+        memo_clear(m);
+        return;
+    }
+    memcpy(m->text, text, len);
+    memcpy(m->ids, o->ids, (size_t)o->n * sizeof *m->ids);
+    m->mf = mf, m->nf = nf;
+}
+
+static int encode_fragment(const tok_vocab *v, const char *text, const frag *x, int prefix,
+                           tok_out *o)
+{
+    if (x->token >= 0)
+        return tok_out_push(o, x->token);
+    if (v->kind == TOK_SPM)
+        return spm_fragment(v, text + x->off, x->len, prefix, o);
+    return bpe_encode(v, text + x->off, x->len, o);
+}
+
+/* memo: the last text's fragments to reuse (or NULL); rec: where to note this text's. */
+static int encode_fragments(const tok_vocab *v, const char *text, const frags *f, tok_out *o,
+                            tok_memo *memo, memo_frag *rec)
 {
     int prev_special = 1;
     for (int i = 0; i < f->n; i++) {
         const frag *x = &f->a[i];
-        int rc;
-        if (x->token >= 0) {
-            rc = tok_out_push(o, x->token);
-            prev_special = 1;
-        } else if (v->kind == TOK_SPM) {
-            rc = spm_fragment(v, text + x->off, x->len, v->add_space_prefix && prev_special, o);
-            prev_special = 0;
-        } else {
-            rc = bpe_encode(v, text + x->off, x->len, o);
-        }
-        if (rc)
+        int prefix = x->token < 0 && v->kind == TOK_SPM && v->add_space_prefix && prev_special;
+        int first = o->n;
+        const memo_frag *hit = x->token < 0 ? memo_hit(memo, text, i, x, prefix) : NULL;
+        if (hit) {
+            for (int j = 0; j < hit->n; j++)
+                if (tok_out_push(o, memo->ids[hit->first + j]))
+                    return -1;
+            memo->reused++;
+        } else if (encode_fragment(v, text, x, prefix, o)) {
             return -1;
+        }
+        if (v->kind == TOK_SPM)
+            prev_special = x->token >= 0;
+        if (rec)
+            rec[i] = (memo_frag){*x, prefix, first, o->n - first};
     }
     return 0;
 }
@@ -389,15 +477,32 @@ static int encode_fragments(const tok_vocab *v, const char *text, const frags *f
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_special,
                int parse_special, int32_t **out, int *n_out, lm_err *e)
 {
+    return tok_encode_memo(v, NULL, text, len, add_special, parse_special, out, n_out, e);
+}
+
+int tok_encode_memo(const tok_vocab *v, tok_memo *memo, const char *text, size_t len,
+                    int add_special, int parse_special, int32_t **out, int *n_out, lm_err *e)
+{
     tok_out o = {0};
     frags f = {0};
+    memo_frag *rec = NULL;
+    if (memo && (memo->v != v || memo->parse_special != parse_special))
+        memo_clear(memo);
+    if (memo)
+        memo->reused = 0;
     int rc = partition(v, text, len, parse_special, &f);
+    if (!rc && memo)
+        rec = malloc((f.n ? (size_t)f.n : 1) * sizeof *rec); /* none: no memo kept */
     if (!rc && add_special && v->add_bos)
         rc = tok_out_push(&o, v->bos);
     if (!rc)
-        rc = encode_fragments(v, text, &f, &o);
+        rc = encode_fragments(v, text, &f, &o, rec ? memo : NULL, rec);
     if (!rc && add_special && v->add_eos)
         rc = tok_out_push(&o, v->eos);
+    if (!rc && rec)
+        memo_keep(memo, v, parse_special, text, len, rec, f.n, &o);
+    else
+        free(rec);
     free(f.a);
     if (rc) {
         free(o.ids);

@@ -49,6 +49,20 @@ int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_special,
                int parse_special, int32_t **out, int *n_out, lm_err *e);
 
+/*
+ * A memo of the last text tokenized through it: pieces of the next text
+ * between special tokens that repeat the last one's, at the same place,
+ * take their ids from it instead of being tokenized again.  The ids are
+ * those tok_encode gives.  A chat keeps one for its conversation.
+ */
+typedef struct tok_memo tok_memo;
+tok_memo *tok_memo_new(void);
+void tok_memo_free(tok_memo *m);
+int tok_encode_memo(const tok_vocab *v, tok_memo *memo, const char *text, size_t len,
+                    int add_special, int parse_special, int32_t **out, int *n_out, lm_err *e);
+/* Pieces the last tok_encode_memo call took from the memo. */
+int tok_memo_reused(const tok_memo *m);
+
 /* The bytes a token stands for; special = 0 hides control tokens. */
 const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len);
 
