@@ -2,9 +2,10 @@
  * lm/attention.c - the per-token pieces of a layer: RMSNorm, rotary
  * position embeddings (NORM and NEOX pairing, per-layer bases, Llama-3
  * and LongRoPE frequency factors), the KV cache rows, and causal attention
- * of one query head over the cache with an optional sliding window and
- * soft-capping.  Each function reads one token's data and the cache only,
- * which is what keeps batched and sequential evaluation bitwise equal.
+ * of the query heads sharing a KV head over the cache with an optional
+ * sliding window and soft-capping.  Each query's result depends on its own
+ * token's data and the cache only, which is what keeps batched and
+ * sequential evaluation bitwise equal.
  * Also ggml's F16 GELU table, so GELU models round as llama.cpp does.
  */
 #include "internal.h"

@@ -1,8 +1,11 @@
 /*
  * lm/attention_simd.c - the AVX-512 forms of attention.c's softmax and
- * head attention, chosen at run time.  They compute exactly what the
- * portable code computes (same exp polynomial, same addition trees), so a
- * logit never depends on the path; tests compare them bit for bit.
+ * attention, chosen at run time.  The queries that share a KV head go over
+ * its cache a block of keys at a time, so the block is read from memory
+ * once for all of them.  Each query still gets exactly what the portable
+ * per-query code computes (same exp polynomial, same addition trees, keys
+ * in the same order into each sum), so a logit never depends on the path
+ * or on the other queries; tests compare them bit for bit.
  */
 #include "internal.h"
 #include "simd.h"
@@ -188,21 +191,26 @@ AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512
  * two, of query b too, each value vector loaded once for both.  Key k goes
  * to e when (k - lo) is odd (par: j's parity), else to o, in key order.
  */
+/* Weighted value of key j into the sums sa of query a and, when two, sb of query b. */
+INLINE_AVX512 void value_one(const void *v0, size_t vstride, int j, int nv, int f16, int two,
+                             const float *wa, const float *wb, __m512 *sa, __m512 *sb)
+{
+    __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
+        sa[i] = _mm512_fmadd_ps(x, v, sa[i]);
+        if (two)
+            sb[i] = _mm512_fmadd_ps(y, v, sb[i]);
+    }
+}
+
 INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, int par, int nv,
                               int f16, int two, const float *wa, const float *wb, __m512 *oa,
                               __m512 *ea, __m512 *ob, __m512 *eb)
 {
-    if (j <= end && par) {
-        __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) {
-            __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
-            ea[i] = _mm512_fmadd_ps(x, v, ea[i]);
-            if (two)
-                eb[i] = _mm512_fmadd_ps(y, v, eb[i]);
-        }
-        j++;
-    }
+    if (j <= end && par)
+        value_one(v0, vstride, j++, nv, f16, two, wa, wb, ea, eb);
     for (; j < end; j += 2) {
         size_t r1 = (size_t)j * vstride, r2 = r1 + vstride;
         __m512 x1 = _mm512_set1_ps(wa[j]), x2 = _mm512_set1_ps(wa[j + 1]);
@@ -218,16 +226,8 @@ INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, in
             }
         }
     }
-    if (j == end) {
-        __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) {
-            __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
-            oa[i] = _mm512_fmadd_ps(x, v, oa[i]);
-            if (two)
-                ob[i] = _mm512_fmadd_ps(y, v, ob[i]);
-        }
-    }
+    if (j == end)
+        value_one(v0, vstride, j, nv, f16, two, wa, wb, oa, ob);
 }
 
 /* A query's keys within [b0, b1): j..*end, empty when j > *end. */
