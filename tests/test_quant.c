@@ -569,27 +569,25 @@ START_TEST(test_attention_fast_bitwise)
     }
     for (int i = 0; i < NQ * HD; i++)
         q[i] = sinf((float)i * 1.3f);
-    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
-        for (int f16 = 0; f16 < 2; f16++)
-            for (int n = 1; n <= NQ; n += 5) /* 1, 6, 11, 16 queries */
-                for (int start = 0; start < N; start += 37) {
-                    int hd = dims[d];
-                    float cap = start % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
-                    lm_attq qs[NQ];
-                    for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
-                        int pos = (start + 13 * a) % N, lo = (a / 2) % 3 == 2 ? pos / 3 : 0;
-                        qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
-                    }
-                    ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)k16 : k, (size_t)hd,
-                                                     f16 ? (void *)v16 : v, (size_t)hd, hd, hd, sc,
-                                                     cap, s2, N, acc, f16));
-                    for (int a = 0; a < n; a++) {
-                        attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
-                        ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
-                                      "hd %d f16 %d query %d of %d (lo %d pos %d)", hd, f16, a, n,
-                                      qs[a].lo, qs[a].pos);
-                    }
-                }
+    static const int counts[] = {1, 6, NQ}; /* queries in a group */
+    for (int c = 0; c < 4 * 2 * 3 * 3; c++) {
+        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 3], start = 53 * (c / 24);
+        float cap = start % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
+        lm_attq qs[NQ];
+        for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
+            int pos = (start + 13 * a) % N, lo = (a / 2) % 3 == 2 ? pos / 3 : 0;
+            qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
+        }
+        ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)k16 : k, (size_t)hd,
+                                         f16 ? (void *)v16 : v, (size_t)hd, hd, hd, sc, cap, s2,
+                                         N, acc, f16));
+        for (int a = 0; a < n; a++) {
+            attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
+            ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
+                          "hd %d f16 %d query %d of %d (lo %d pos %d)", hd, f16, a, n, qs[a].lo,
+                          qs[a].pos);
+        }
+    }
 }
 END_TEST
 
@@ -627,6 +625,7 @@ END_TEST
 TCase *tcase_quant(void)
 {
     TCase *tc = tcase_create("quant");
+    tcase_set_timeout(tc, 60); /* the sanitizer build runs the kernels' bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_q8_0);
     tcase_add_test(tc, test_q4_0_q4_1);
     tcase_add_test(tc, test_q5_0_q5_1);
