@@ -98,6 +98,19 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
 
+/* 16 prepared rows of a 32-element block type, for the AMX kernel (qgemm_amx.c). */
+typedef struct rows16 {
+    int64_t k;
+    int8_t *s8;        /* [16][stride]: each row's codes as signed bytes */
+    size_t stride;
+    int32_t *corr;     /* [16][k/32]: the rows' offset corrections, a block each */
+    float *d;          /* [16][k/32]: their block scales */
+} rows16;
+
+#define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
+int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
+int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch);
+
 /*
  * Generating a token streams every weight from DRAM once, and the hardware
  * prefetcher alone leaves a core waiting on most of those loads (tinyllama
@@ -116,7 +129,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
-    int n_threads, isa;
+    int n_threads, isa, amx;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;
@@ -125,6 +138,8 @@ typedef struct mm_scratch {
     float **outs;      /* per thread: one row's outputs for a token block */
     uint8_t *tg_mem;   /* the token groups of a batch (K-quants, AVX-512) */
     tgroup *groups;
+    rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
+    float **amx_scratch;
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);

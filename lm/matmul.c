@@ -7,7 +7,8 @@
  *                 from the mapped weights (qdot_simd.c);
  *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c);
  *   a batch       one decoded row against groups of 16 tokens (qgemm.c),
- *                 so a prompt reads each weight once per 256 tokens;
+ *                 so a prompt reads each weight once per 256 tokens; with
+ *                 AMX, 16 rows at a time in tiles (qgemm_amx.c);
  *   otherwise     the row decoded into the thread's qrow, lm_qrow_dot per token.
  * Every kernel computes each output element exactly as lm_qrow_dot's scalar
  * reference does, so batched and token-by-token evaluation, any thread
@@ -21,6 +22,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Per thread: 16 rows' codes, corrections and scales, and the AMX kernel's scratch and outputs. */
+static int rows16_init(mm_scratch *s, int64_t max_k)
+{
+    s->r16 = calloc((size_t)s->n_threads, sizeof *s->r16);
+    s->amx_scratch = calloc((size_t)s->n_threads, sizeof *s->amx_scratch);
+    if (!s->r16 || !s->amx_scratch)
+        return -1;
+    size_t stride = (size_t)(max_k + 63) / 64 * 64, nb = (size_t)(max_k / 32 + 1);
+    for (int i = 0; i < s->n_threads; i++) {
+        rows16 *p = &s->r16[i];
+        p->stride = stride;
+        p->s8 = aligned_alloc(64, 16 * stride);
+        p->corr = malloc(16 * nb * sizeof *p->corr);
+        p->d = malloc(16 * nb * sizeof *p->d);
+        s->amx_scratch[i] = aligned_alloc(64, (LM_AMX_SCRATCH + 16 * 16) * sizeof(float));
+        if (!p->s8 || !p->corr || !p->d || !s->amx_scratch[i])
+            return -1;
+    }
+    return 0;
+}
+
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
     s->n_threads = n_threads;
@@ -30,6 +52,7 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         s->isa = LM_ISA_SCALAR;
     else if (force && !strcmp(force, "avx2") && s->isa > LM_ISA_AVX2)
         s->isa = LM_ISA_AVX2;
+    s->amx = s->isa >= LM_ISA_AVX512 && !(force && !strcmp(force, "avx512")) && lm_cpu_amx();
     s->max_k = max_k;
     s->act_cap = (size_t)max_tok * lm_act_row_bytes(LM_F32, max_k); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
@@ -53,6 +76,8 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i])
             return -1;
     }
+    if (s->amx && rows16_init(s, max_k))
+        return -1;
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
     s->groups = calloc((size_t)n_groups, sizeof *s->groups);
@@ -71,6 +96,14 @@ void mm_scratch_free(mm_scratch *s)
     free(s->outs);
     free(s->acts);
     free(s->act);
+    for (int i = 0; s->r16 && i < s->n_threads; i++) {
+        free(s->r16[i].s8), free(s->r16[i].corr), free(s->r16[i].d);
+        free(s->amx_scratch[i]);
+    }
+    free(s->r16);
+    free(s->amx_scratch);
+    s->r16 = NULL;
+    s->amx_scratch = NULL;
     free(s->tg_mem);
     free(s->groups);
     s->tg_mem = NULL;
@@ -98,6 +131,46 @@ static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, 
             out[(size_t)(c0 + t) * rows + i] = tmp[t];
     }
     return 1;
+}
+
+/* Row i decoded and prepared into slot m of the thread's 16 rows. */
+static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scratch *s, qrow *r)
+{
+    const int64_t k = w->ne[0], nb = k / 32;
+    lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k), k, s->isa);
+    lm_trow_prepare_avx512(r);
+    memcpy(p->s8 + (size_t)m * p->stride, r->s8, (size_t)k);
+    for (int64_t b = 0; b < nb; b++) {
+        p->corr[m * nb + b] = r->corr16[2 * b] + r->corr16[2 * b + 1];
+        p->d[m * nb + b] = r->d[b];
+    }
+}
+
+/*
+ * With AMX, 32-element block types: the thread's rows 16 at a time against
+ * every group of the token block (qgemm_amx.c).  Returns the first row left
+ * for the loop of rows.
+ */
+static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int nt, mm_scratch *s)
+{
+    const int64_t rows = w->ne[1];
+    const int tid = omp_get_thread_num();
+    rows16 *p = &s->r16[tid];
+    float *scratch = s->amx_scratch[tid], *tmp = scratch + LM_AMX_SCRATCH;
+    p->k = w->ne[0];
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < rows / 16; c++) {
+        for (int m = 0; m < 16; m++)
+            rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
+        for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
+            int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
+            lm_rows16_group_amx(p, &s->groups[g0 / 16], tmp, scratch);
+            for (int m = 0; m < 16; m++)
+                for (int t = 0; t < cn; t++)
+                    out[(size_t)(g0 + t) * rows + c * 16 + m] = tmp[16 * m + t];
+        }
+    }
+    return rows / 16 * 16;
 }
 
 /*
@@ -170,8 +243,12 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
         /* token blocks keep their activations in L2 while every row passes; the
            grouped kernels decode a row once a block, so their blocks are longer */
         const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
+        const int tiles = grouped && s->amx && atype == LM_Q8_0;
         int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
-        for (int t0 = 0; t0 < n_tok; t0 += block)
-            rows_times_tokens(out, w, r0, t0, n_tok - t0 < block ? n_tok - t0 : block, grouped, s);
+        for (int t0 = 0; t0 < n_tok; t0 += block) {
+            int nb = n_tok - t0 < block ? n_tok - t0 : block;
+            rows_times_tokens(out, w, tiles ? rows16_times_groups(out, w, t0, nb, s) : r0, t0, nb,
+                              grouped, s);
+        }
     }
 }

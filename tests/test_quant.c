@@ -446,6 +446,62 @@ START_TEST(test_rows16_bitwise)
 }
 END_TEST
 
+/*
+ * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
+ * the scalar dot of each row and token; rows are all different, so a row
+ * read at the wrong stride or a lane mixed up shows.
+ */
+START_TEST(test_rows16_amx_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512 || !lm_cpu_amx())
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
+    static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 16 + 4096] __attribute__((aligned(64)));
+    static int8_t s8[16 * K] __attribute__((aligned(64)));
+    static int32_t corr[16 * K / 32];
+    static float x[8][K], d[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
+    static qrow_buf buf;
+    uint64_t seed = 13;
+    for (int t = 0; t < 8; t++)
+        for (int i = 0; i < K; i++)
+            x[t][i] = sinf((float)(i * (t + 2)) * 0.29f) * (float)(1 + (i + t) % 5);
+    for (int ti = 0; ti < 3; ti++)
+        for (int k = K; k >= K - 32; k -= 32) { /* 24 and 23 blocks: lanes wrap, odd block counts */
+            uint32_t ty = types[ti];
+            size_t rb = lm_row_bytes(ty, k);
+            int nb = k / 32;
+            rows16 r16 = {k, s8, K, corr, d};
+            for (int m = 0; m < 16; m++) {
+                random_row(ty, rows + m * rb, rb, &seed);
+                qrow_init(&buf);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + m * rb, k);
+                ck_assert(lm_trow_prepare_avx512(&buf.r));
+                memcpy(s8 + m * K, buf.s8, (size_t)k);
+                for (int b = 0; b < nb; b++)
+                    corr[m * nb + b] = buf.corr16[2 * b] + buf.corr16[2 * b + 1], d[m * nb + b] = buf.d[b];
+            }
+            act_row ar[8];
+            for (int t = 0; t < 8; t++) {
+                lm_quantize_act(ty, x[t], act[t], k);
+                lm_act_layout(lm_act_type(ty), k, &ar[t], act[t]);
+            }
+            tgroup g;
+            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
+            float got[256];
+            ck_assert(lm_rows16_group_amx(&r16, &g, got, scratch));
+            for (int m = 0; m < 16; m++) {
+                qrow_init(&buf);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + m * rb, k);
+                for (int t = 0; t < 8; t++) {
+                    float want = lm_qrow_dot(&buf.r, &ar[t], LM_ISA_SCALAR);
+                    ck_assert_msg(!memcmp(&got[16 * m + t], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
+                                  lm_type_name(ty), k, m, t, got[16 * m + t], want);
+                }
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_fast_paths_bitwise)
 {
     int isa = lm_cpu_isa();
@@ -640,6 +696,7 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_int_dot_matches_dequant);
     tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_rows16_bitwise);
+    tcase_add_test(tc, test_rows16_amx_bitwise);
     tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_attention_fast_bitwise);
