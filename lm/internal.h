@@ -89,6 +89,7 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 /* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */
 typedef struct tgroup {
     uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 */
+    int8_t *s8;        /* the same codes as they are */
     float *d;          /* [blocks][16]: block scales */
     int16_t *sum16;    /* [k/32][16][2]: the sums of each two groups of 16 codes */
 } tgroup;
@@ -103,7 +104,6 @@ typedef struct rows16 {
     int64_t k;
     int8_t *s8;        /* [16][stride]: each row's codes as signed bytes */
     size_t stride;
-    int32_t *corr;     /* [16][k/32]: the rows' offset corrections, a block each */
     float *d;          /* [16][k/32]: their block scales */
 } rows16;
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per thread: 16 rows' codes, corrections and scales, and the AMX kernel's scratch and outputs. */
+/* Per thread: 16 rows' codes and scales, and the AMX kernel's scratch and outputs. */
 static int rows16_init(mm_scratch *s, int64_t max_k)
 {
     s->r16 = calloc((size_t)s->n_threads, sizeof *s->r16);
@@ -34,10 +34,9 @@ static int rows16_init(mm_scratch *s, int64_t max_k)
         rows16 *p = &s->r16[i];
         p->stride = stride;
         p->s8 = aligned_alloc(64, 16 * stride);
-        p->corr = malloc(16 * nb * sizeof *p->corr);
         p->d = malloc(16 * nb * sizeof *p->d);
         s->amx_scratch[i] = aligned_alloc(64, (LM_AMX_SCRATCH + 16 * 16) * sizeof(float));
-        if (!p->s8 || !p->corr || !p->d || !s->amx_scratch[i])
+        if (!p->s8 || !p->d || !s->amx_scratch[i])
             return -1;
     }
     return 0;
@@ -97,7 +96,7 @@ void mm_scratch_free(mm_scratch *s)
     free(s->acts);
     free(s->act);
     for (int i = 0; s->r16 && i < s->n_threads; i++) {
-        free(s->r16[i].s8), free(s->r16[i].corr), free(s->r16[i].d);
+        free(s->r16[i].s8), free(s->r16[i].d);
         free(s->amx_scratch[i]);
     }
     free(s->r16);
@@ -140,10 +139,8 @@ static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scrat
     lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k), k, s->isa);
     lm_trow_prepare_avx512(r);
     memcpy(p->s8 + (size_t)m * p->stride, r->s8, (size_t)k);
-    for (int64_t b = 0; b < nb; b++) {
-        p->corr[m * nb + b] = r->corr16[2 * b] + r->corr16[2 * b + 1];
+    for (int64_t b = 0; b < nb; b++)
         p->d[m * nb + b] = r->d[b];
-    }
 }
 
 /*

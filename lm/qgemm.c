@@ -25,13 +25,15 @@
 size_t lm_tgroup_bytes(int64_t k)
 {
     size_t codes = (size_t)k * TG, d = (size_t)(k / 32) * TG * 4, s16 = (size_t)(k / 32) * TG * 4;
-    return (codes + d + s16 + 3 * 64) / 64 * 64;
+    return (2 * codes + d + s16 + 4 * 64) / 64 * 64;
 }
 
 static void tgroup_layout(tgroup *g, int64_t k, void *base)
 {
     uint8_t *p = base;
     g->q = p;
+    p += (size_t)k * TG;
+    g->s8 = (int8_t *)p;
     p += (size_t)k * TG;
     g->d = (float *)p;
     p += ((size_t)(k / 32) * TG * 4 + 63) / 64 * 64;
@@ -40,8 +42,9 @@ static void tgroup_layout(tgroup *g, int64_t k, void *base)
 
 /*
  * Lay out up to 16 tokens' Q8_0 or Q8_K activations; absent tokens are zero.
- * Codes are stored + 128 (unsigned, as vpdpbusd wants them); the sums of 16
- * codes go in pairs, so one vpmaddwd weighs two groups' mins.
+ * Codes are stored + 128 (unsigned, as vpdpbusd wants them) and as they are
+ * (for AMX's signed multiply); the sums of 16 codes go in pairs, so one
+ * vpmaddwd weighs two groups' mins.
  */
 void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base)
 {
@@ -50,8 +53,11 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
     for (int t = 0; t < TG; t++) {
         const act_row *r = t < n ? &a[t] : NULL;
         for (int64_t e = 0; e < k; e += 4)
-            for (int i = 0; i < 4; i++)
-                g->q[(e / 4) * TG * 4 + t * 4 + i] = (uint8_t)((r ? r->qs[e + i] : 0) + 128);
+            for (int i = 0; i < 4; i++) {
+                int8_t code = r ? r->qs[e + i] : 0;
+                g->s8[(e / 4) * TG * 4 + t * 4 + i] = code;
+                g->q[(e / 4) * TG * 4 + t * 4 + i] = (uint8_t)(code + 128);
+            }
         for (int64_t b = 0; b < nb; b++)
             g->d[b * TG + t] = r ? r->d[b] : 0.0f;
         for (int64_t p = 0; p < k / 32; p++)

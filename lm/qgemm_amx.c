@@ -4,14 +4,14 @@
  * AMX-INT8 and the kernel lets the process use it.
  *
  * qgemm.c's kernel spends one vpdpbusd per 4 codes of 16 tokens.  Here
- * one tile multiply (TDPBSUD) takes a whole 32-element block of 16 rows
+ * one tile multiply (TDPBSSD) takes a whole 32-element block of 16 rows
  * and 16 tokens: the rows' signed codes are tile A ([16 rows][32 codes]),
- * the tokens' codes + 128 are tile B, which is exactly the token group's
- * layout ([8][16 tokens][4 codes]), and tile C gets the 256 exact integer
- * sums.  Those go through the float steps of qgemm.c's row_groups_b32, in
- * the same order (sum + offset correction, times row scale * token scale,
- * into lane b % 16, then the lane tree), so the logits are bitwise those of
- * every other path.
+ * the tokens' signed codes are tile B, in the token group's layout
+ * ([8][16 tokens][4 codes]), and tile C gets the 256 exact integer sums,
+ * those qgemm.c's row_groups_b32 reaches through unsigned codes and an
+ * offset correction.  They go through its float steps in the same order
+ * (times row scale * token scale, into lane b % 16, then the lane tree), so
+ * the logits are bitwise those of every other path.
  */
 #include "internal.h"
 #include "simd.h"
@@ -79,8 +79,7 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     const int64_t nb = r->k / 32;
     __m512 da = _mm512_loadu_ps(g->d + b * 16);
     for (int m = 0; m < 16; m++) {
-        __m512i v = _mm512_add_epi32(_mm512_set1_epi32(r->corr[m * nb + b]),
-                                     _mm512_load_si512(c + 16 * m));
+        __m512i v = _mm512_load_si512(c + 16 * m);
         __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nb + b]), da);
         float *a = acc + (m * 16 + b % 16) * 16;
         _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), _mm512_load_ps(a)));
@@ -91,8 +90,8 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     do {                                                               \
         _tile_zero(C);                                                 \
         _tile_loadd(A, (r)->s8 + (b) * 32, (long)(r)->stride);         \
-        _tile_loadd(B, (g)->q + (b) * 32 * 16, 64);                    \
-        _tile_dpbsud(C, A, B);                                         \
+        _tile_loadd(B, (g)->s8 + (b) * 32 * 16, 64);                   \
+        _tile_dpbssd(C, A, B);                                         \
     } while (0)
 
 /*

@@ -359,7 +359,7 @@ END_TEST
  */
 static void check_token_groups(qrow *r, const act_row *ar, const float *want)
 {
-    static uint8_t mem[2][K * 16 + 4096] __attribute__((aligned(64)));
+    static uint8_t mem[2][K * 32 + 4096] __attribute__((aligned(64)));
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
     lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, mem[0]);
@@ -456,9 +456,8 @@ START_TEST(test_rows16_amx_bitwise)
     if (lm_cpu_isa() < LM_ISA_AVX512 || !lm_cpu_amx())
         return;
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
-    static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 16 + 4096] __attribute__((aligned(64)));
+    static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 32 + 4096] __attribute__((aligned(64)));
     static int8_t s8[16 * K] __attribute__((aligned(64)));
-    static int32_t corr[16 * K / 32];
     static float x[8][K], d[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
     static qrow_buf buf;
     uint64_t seed = 13;
@@ -470,7 +469,7 @@ START_TEST(test_rows16_amx_bitwise)
             uint32_t ty = types[ti];
             size_t rb = lm_row_bytes(ty, k);
             int nb = k / 32;
-            rows16 r16 = {k, s8, K, corr, d};
+            rows16 r16 = {k, s8, K, d};
             for (int m = 0; m < 16; m++) {
                 random_row(ty, rows + m * rb, rb, &seed);
                 qrow_init(&buf);
@@ -478,7 +477,7 @@ START_TEST(test_rows16_amx_bitwise)
                 ck_assert(lm_trow_prepare_avx512(&buf.r));
                 memcpy(s8 + m * K, buf.s8, (size_t)k);
                 for (int b = 0; b < nb; b++)
-                    corr[m * nb + b] = buf.corr16[2 * b] + buf.corr16[2 * b + 1], d[m * nb + b] = buf.d[b];
+                    d[m * nb + b] = buf.d[b];
             }
             act_row ar[8];
             for (int t = 0; t < 8; t++) {
@@ -486,6 +485,7 @@ START_TEST(test_rows16_amx_bitwise)
                 lm_act_layout(lm_act_type(ty), k, &ar[t], act[t]);
             }
             tgroup g;
+            ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
             lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
             float got[256];
             ck_assert(lm_rows16_group_amx(&r16, &g, got, scratch));
