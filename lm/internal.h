@@ -99,17 +99,27 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
 
-/* 16 prepared rows of a 32-element block type, for the AMX kernel (qgemm_amx.c). */
+/* 16 prepared rows, for the AMX kernels (qgemm_amx.c). */
 typedef struct rows16 {
     int64_t k;
     int8_t *s8;        /* [16][stride]: each row's codes as signed bytes */
     size_t stride;
-    float *d;          /* [16][k/32]: their block scales */
+    float *d;          /* [16][blocks]: their block (super-block) scales */
+    /* K-quants only */
+    int span;          /* codes that share a scale: 16 or 32 */
+    int32_t *sc;       /* [16][k/span]: those scales */
+    float *m;          /* [16][k/256]: min scales */
+    int16_t *mn;       /* [16][k/16]: the mins of every 16 codes */
 } rows16;
 
 #define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
 int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
+int lm_rows16_span(uint32_t type);
+/* Copies a prepared row (lm_trow_prepare_avx512) into slot m; p->k and p->span set. */
+void lm_rows16_put(rows16 *p, int m, const qrow *r);
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch);
+int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
+                          float *scratch);
 
 /*
  * Generating a token streams every weight from DRAM once, and the hardware

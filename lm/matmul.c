@@ -35,8 +35,11 @@ static int rows16_init(mm_scratch *s, int64_t max_k)
         p->stride = stride;
         p->s8 = aligned_alloc(64, 16 * stride);
         p->d = malloc(16 * nb * sizeof *p->d);
+        p->m = malloc(16 * nb * sizeof *p->m);
+        p->sc = malloc(16 * 2 * nb * sizeof *p->sc);
+        p->mn = malloc(16 * 2 * nb * sizeof *p->mn);
         s->amx_scratch[i] = aligned_alloc(64, (LM_AMX_SCRATCH + 16 * 16) * sizeof(float));
-        if (!p->s8 || !p->d || !s->amx_scratch[i])
+        if (!p->s8 || !p->d || !p->m || !p->sc || !p->mn || !s->amx_scratch[i])
             return -1;
     }
     return 0;
@@ -96,7 +99,8 @@ void mm_scratch_free(mm_scratch *s)
     free(s->acts);
     free(s->act);
     for (int i = 0; s->r16 && i < s->n_threads; i++) {
-        free(s->r16[i].s8), free(s->r16[i].d);
+        free(s->r16[i].s8), free(s->r16[i].d), free(s->r16[i].m);
+        free(s->r16[i].sc), free(s->r16[i].mn);
         free(s->amx_scratch[i]);
     }
     free(s->r16);
@@ -135,16 +139,14 @@ static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, 
 /* Row i decoded and prepared into slot m of the thread's 16 rows. */
 static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scratch *s, qrow *r)
 {
-    const int64_t k = w->ne[0], nb = k / 32;
+    const int64_t k = w->ne[0];
     lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k), k, s->isa);
     lm_trow_prepare_avx512(r);
-    memcpy(p->s8 + (size_t)m * p->stride, r->s8, (size_t)k);
-    for (int64_t b = 0; b < nb; b++)
-        p->d[m * nb + b] = r->d[b];
+    lm_rows16_put(p, m, r);
 }
 
 /*
- * With AMX, 32-element block types: the thread's rows 16 at a time against
+ * With AMX: the thread's rows 16 at a time against
  * every group of the token block (qgemm_amx.c).  Returns the first row left
  * for the loop of rows.
  */
@@ -154,14 +156,20 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     const int tid = omp_get_thread_num();
     rows16 *p = &s->r16[tid];
     float *scratch = s->amx_scratch[tid], *tmp = scratch + LM_AMX_SCRATCH;
+    const int b32 = lm_act_type(w->type) == LM_Q8_0;
+    const int has_mins = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q2_K;
     p->k = w->ne[0];
+    p->span = lm_rows16_span(w->type);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < rows / 16; c++) {
         for (int m = 0; m < 16; m++)
             rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
-            lm_rows16_group_amx(p, &s->groups[g0 / 16], tmp, scratch);
+            if (b32)
+                lm_rows16_group_amx(p, &s->groups[g0 / 16], tmp, scratch);
+            else
+                lm_rows16_group_k_amx(p, &s->groups[g0 / 16], has_mins, tmp, scratch);
             for (int m = 0; m < 16; m++)
                 for (int t = 0; t < cn; t++)
                     out[(size_t)(g0 + t) * rows + c * 16 + m] = tmp[16 * m + t];
@@ -240,7 +248,7 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
         /* token blocks keep their activations in L2 while every row passes; the
            grouped kernels decode a row once a block, so their blocks are longer */
         const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
-        const int tiles = grouped && s->amx && atype == LM_Q8_0;
+        const int tiles = grouped && s->amx;
         int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
         for (int t0 = 0; t0 < n_tok; t0 += block) {
             int nb = n_tok - t0 < block ? n_tok - t0 : block;

@@ -1,7 +1,7 @@
 /*
  * lm/qgemm_amx.c - 16 rows against a group of 16 tokens with AMX tiles,
- * for the 32-element block types (Q4_0, Q5_0, Q8_0), where the CPU has
- * AMX-INT8 and the kernel lets the process use it.
+ * for the 32-element block types (Q4_0, Q5_0, Q8_0) and the K-quants, where
+ * the CPU has AMX-INT8 and the kernel lets the process use it.
  *
  * qgemm.c's kernel spends one vpdpbusd per 4 codes of 16 tokens.  Here
  * one tile multiply (TDPBSSD) takes a whole 32-element block of 16 rows
@@ -11,12 +11,38 @@
  * those qgemm.c's row_groups_b32 reaches through unsigned codes and an
  * offset correction.  They go through its float steps in the same order
  * (times row scale * token scale, into lane b % 16, then the lane tree), so
- * the logits are bitwise those of every other path.
+ * the logits are bitwise those of every other path.  K-quants take a tile
+ * multiply per group of 16 or 32 codes that share a scale; the group's sums
+ * are scaled in integers and summed per super-block, as qgemm.c does.
  */
 #include "internal.h"
 #include "simd.h"
 
 #include <string.h>
+
+/* Codes that share a scale: a block (32), or a K-quant group (qgemm.c's row_groups). */
+int lm_rows16_span(uint32_t type)
+{
+    if (lm_act_type(type) == LM_Q8_0 || type == LM_Q4_K || type == LM_Q5_K)
+        return 32;
+    return 16;
+}
+
+void lm_rows16_put(rows16 *p, int m, const qrow *r)
+{
+    const int64_t k = p->k;
+    memcpy(p->s8 + (size_t)m * p->stride, r->s8, (size_t)k);
+    if (lm_act_type(r->type) == LM_Q8_0) {
+        memcpy(p->d + m * (k / 32), r->d, (size_t)(k / 32) * sizeof *p->d);
+        return;
+    }
+    const int64_t nsb = k / 256, ns = k / p->span;
+    memcpy(p->d + m * nsb, r->d, (size_t)nsb * sizeof *p->d);
+    memcpy(p->m + m * nsb, r->m, (size_t)nsb * sizeof *p->m);
+    for (int64_t j = 0; j < ns; j++)
+        p->sc[m * ns + j] = r->sc4[j * p->span / 4];
+    memcpy(p->mn + m * (k / 16), r->mn, (size_t)(k / 16) * sizeof *p->mn);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -59,17 +85,19 @@ typedef struct tile_config {
  * block's sums are scaled: C, A, B are tiles 0, 1, 2 and 3, 4, 5 (the
  * tile intrinsics take literal numbers).
  */
-AMX static void tiles_configure(void)
+AMX static void tiles_configure(int span)
 {
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int set = 0; set < 2; set++) {
-        cfg.rows[3 * set] = 16, cfg.colsb[3 * set] = 64;    /* C: [16 rows][16 tokens] int32 */
-        cfg.rows[3 * set + 1] = 16, cfg.colsb[3 * set + 1] = 32; /* A: [16 rows][32 codes] */
-        cfg.rows[3 * set + 2] = 8, cfg.colsb[3 * set + 2] = 64;  /* B: [8][16 tokens][4 codes] */
+        cfg.rows[3 * set] = 16, cfg.colsb[3 * set] = 64;              /* C: [16 rows][16 tokens] int32 */
+        cfg.rows[3 * set + 1] = 16, cfg.colsb[3 * set + 1] = (uint16_t)span; /* A: [16 rows][span codes] */
+        cfg.rows[3 * set + 2] = (uint8_t)(span / 4), cfg.colsb[3 * set + 2] = 64; /* B: [span/4][16][4] */
     }
-    _tile_loadconfig(&cfg);
+    /* not _tile_loadconfig: its asm tells the compiler it reads 8 bytes of
+       cfg, so the stores to the rest may be dropped */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
 /* Block b's sums (c, stored from its C tile) scaled into the rows' lanes b % 16. */
@@ -86,11 +114,12 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     }
 }
 
-#define TILE_BLOCK(C, A, B, r, g, b)                                   \
+/* Codes e .. e + span of the 16 rows times those of the 16 tokens, into tile C. */
+#define TILE_BLOCK(C, A, B, r, g, e)                                   \
     do {                                                               \
         _tile_zero(C);                                                 \
-        _tile_loadd(A, (r)->s8 + (b) * 32, (long)(r)->stride);         \
-        _tile_loadd(B, (g)->s8 + (b) * 32 * 16, 64);                   \
+        _tile_loadd(A, (r)->s8 + (e), (long)(r)->stride);              \
+        _tile_loadd(B, (g)->s8 + (e) * 16, 64);                        \
         _tile_dpbssd(C, A, B);                                         \
     } while (0)
 
@@ -104,15 +133,15 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
     float *acc = scratch;                             /* [16 rows][16 lanes][16 tokens] */
     int32_t *c = (int32_t *)(scratch + 16 * 16 * 16); /* [16 rows][16 tokens] */
     memset(acc, 0, 16 * 16 * 16 * sizeof *acc);
-    tiles_configure();
+    tiles_configure(32);
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
         if (b + 1 < nb)
-            TILE_BLOCK(3, 4, 5, r, g, b + 1);
+            TILE_BLOCK(3, 4, 5, r, g, (b + 1) * 32);
         _tile_stored(0, c, 64);
         block_scale(r, g, b, c, acc);
         if (b + 2 < nb)
-            TILE_BLOCK(0, 1, 2, r, g, b + 2);
+            TILE_BLOCK(0, 1, 2, r, g, (b + 2) * 32);
         if (b + 1 < nb) {
             _tile_stored(3, c, 64);
             block_scale(r, g, b + 1, c, acc);
@@ -128,6 +157,84 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
     return 1;
 }
 
+
+/* Sub-block j's sums (c) times each row's scale of it, into the rows' integer sums. */
+AMX static void sub_scale(const rows16 *r, int64_t j, const int32_t *c, __m512i *isum)
+{
+    const int64_t ns = r->k / r->span;
+    for (int m = 0; m < 16; m++)
+        isum[m] = _mm512_add_epi32(isum[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m),
+                                                             _mm512_set1_epi32(r->sc[m * ns + j])));
+}
+
+/* Row m's sum over super-block b of min * (sum of 16 codes), per token (qgemm.c's group_mins). */
+AMX static __m512i row_mins(const rows16 *r, const tgroup *g, int m, int64_t b)
+{
+    const int16_t *mn = r->mn + m * (r->k / 16);
+    __m512i s = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p++) {
+        int64_t gi = b * 16 + 2 * p;
+        uint32_t pair = (uint16_t)mn[gi] | ((uint32_t)(uint16_t)mn[gi + 1] << 16);
+        __m512i t = _mm512_loadu_si512(g->sum16 + (b * 8 + p) * 16 * 2);
+        s = _mm512_add_epi32(s, _mm512_madd_epi16(t, _mm512_set1_epi32((int)pair)));
+    }
+    return s;
+}
+
+/* Super-block b's integer sums scaled into the rows' sums and mins (acc: [2][16 rows][16 tokens]). */
+AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const __m512i *isum,
+                            int has_mins, float *acc)
+{
+    const int64_t nsb = r->k / 256;
+    __m512 da = _mm512_loadu_ps(g->d + b * 16);
+    for (int m = 0; m < 16; m++) {
+        float *a = acc + 16 * m, *mins = acc + 256 + 16 * m;
+        __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nsb + b]), da);
+        _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum[m]), _mm512_load_ps(a)));
+        if (has_mins) {
+            __m512 mm = _mm512_mul_ps(_mm512_set1_ps(r->m[m * nsb + b]), da);
+            __m512 mt = _mm512_mul_ps(mm, _mm512_cvtepi32_ps(row_mins(r, g, m, b)));
+            _mm512_store_ps(mins, _mm512_add_ps(_mm512_load_ps(mins), mt));
+        }
+    }
+}
+
+/*
+ * K-quant rows (256-element super-blocks; scales every span = 16 or 32
+ * codes): a tile multiply per span, each row's scale applied to its sums in
+ * integers, then per super-block the float steps of qgemm.c's row_groups.
+ */
+AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
+                              float *scratch)
+{
+    const int64_t ns = r->k / r->span, per = 256 / r->span;
+    float *acc = scratch;                       /* [2][16 rows][16 tokens]: sums, mins */
+    int32_t *c = (int32_t *)(scratch + 2 * 256); /* [16 rows][16 tokens] */
+    memset(acc, 0, 2 * 256 * sizeof *acc);
+    tiles_configure(r->span);
+    __m512i isum[16];
+    TILE_BLOCK(0, 1, 2, r, g, 0);
+    for (int64_t j = 0; j < ns; j += 2) { /* per is even: pairs never straddle super-blocks */
+        if (j % per == 0)
+            for (int m = 0; m < 16; m++)
+                isum[m] = _mm512_setzero_si512();
+        TILE_BLOCK(3, 4, 5, r, g, (j + 1) * r->span);
+        _tile_stored(0, c, 64);
+        sub_scale(r, j, c, isum);
+        if (j + 2 < ns)
+            TILE_BLOCK(0, 1, 2, r, g, (j + 2) * r->span);
+        _tile_stored(3, c, 64);
+        sub_scale(r, j + 1, c, isum);
+        if ((j + 2) % per == 0)
+            super_scale(r, g, j / per, isum, has_mins, acc);
+    }
+    _tile_release();
+    for (int m = 0; m < 16; m++)
+        _mm512_storeu_ps(out + 16 * m, _mm512_sub_ps(_mm512_load_ps(acc + 16 * m),
+                                                     _mm512_load_ps(acc + 256 + 16 * m)));
+    return 1;
+}
+
 #else
 
 int lm_cpu_amx(void) { return 0; }
@@ -135,6 +242,13 @@ int lm_cpu_amx(void) { return 0; }
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch)
 {
     (void)r, (void)g, (void)out, (void)scratch;
+    return 0;
+}
+
+int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
+                          float *scratch)
+{
+    (void)r, (void)g, (void)has_mins, (void)out, (void)scratch;
     return 0;
 }
 

@@ -448,36 +448,38 @@ END_TEST
 
 /*
  * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
- * the scalar dot of each row and token; rows are all different, so a row
- * read at the wrong stride or a lane mixed up shows.
+ * the scalar dot of each row and token, for every type the tiles take; rows
+ * are all different, so a row read at the wrong stride or a lane mixed up
+ * shows.
  */
 START_TEST(test_rows16_amx_bitwise)
 {
     if (lm_cpu_isa() < LM_ISA_AVX512 || !lm_cpu_amx())
         return;
-    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
     static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 32 + 4096] __attribute__((aligned(64)));
     static int8_t s8[16 * K] __attribute__((aligned(64)));
-    static float x[8][K], d[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
+    static int32_t sc[16 * K / 16];
+    static int16_t mn[16 * K / 16];
+    static float x[8][K], d[16 * K / 32], m[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
     static qrow_buf buf;
     uint64_t seed = 13;
     for (int t = 0; t < 8; t++)
         for (int i = 0; i < K; i++)
             x[t][i] = sinf((float)(i * (t + 2)) * 0.29f) * (float)(1 + (i + t) % 5);
-    for (int ti = 0; ti < 3; ti++)
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (int k = K; k >= K - 32; k -= 32) { /* 24 and 23 blocks: lanes wrap, odd block counts */
             uint32_t ty = types[ti];
+            if (k % lm_type_block(ty))
+                continue;
             size_t rb = lm_row_bytes(ty, k);
-            int nb = k / 32;
-            rows16 r16 = {k, s8, K, d};
-            for (int m = 0; m < 16; m++) {
-                random_row(ty, rows + m * rb, rb, &seed);
+            rows16 r16 = {k, s8, K, d, lm_rows16_span(ty), sc, m, mn};
+            for (int r = 0; r < 16; r++) {
+                random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
-                lm_qrow_decode_scalar(&buf.r, ty, rows + m * rb, k);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
                 ck_assert(lm_trow_prepare_avx512(&buf.r));
-                memcpy(s8 + m * K, buf.s8, (size_t)k);
-                for (int b = 0; b < nb; b++)
-                    d[m * nb + b] = buf.d[b];
+                lm_rows16_put(&r16, r, &buf.r);
             }
             act_row ar[8];
             for (int t = 0; t < 8; t++) {
@@ -488,14 +490,16 @@ START_TEST(test_rows16_amx_bitwise)
             ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
             lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
             float got[256];
-            ck_assert(lm_rows16_group_amx(&r16, &g, got, scratch));
-            for (int m = 0; m < 16; m++) {
+            int mins = ty == LM_Q2_K || ty == LM_Q4_K || ty == LM_Q5_K;
+            ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, scratch)
+                                                 : lm_rows16_group_k_amx(&r16, &g, mins, got, scratch));
+            for (int r = 0; r < 16; r++) {
                 qrow_init(&buf);
-                lm_qrow_decode_scalar(&buf.r, ty, rows + m * rb, k);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
                 for (int t = 0; t < 8; t++) {
                     float want = lm_qrow_dot(&buf.r, &ar[t], LM_ISA_SCALAR);
-                    ck_assert_msg(!memcmp(&got[16 * m + t], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
-                                  lm_type_name(ty), k, m, t, got[16 * m + t], want);
+                    ck_assert_msg(!memcmp(&got[16 * r + t], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
+                                  lm_type_name(ty), k, r, t, got[16 * r + t], want);
                 }
             }
         }
