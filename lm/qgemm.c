@@ -52,12 +52,14 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
     tgroup_layout(g, k, base);
     for (int t = 0; t < TG; t++) {
         const act_row *r = t < n ? &a[t] : NULL;
-        for (int64_t e = 0; e < k; e += 4)
-            for (int i = 0; i < 4; i++) {
-                int8_t code = r ? r->qs[e + i] : 0;
-                g->s8[(e / 4) * TG * 4 + t * 4 + i] = code;
-                g->q[(e / 4) * TG * 4 + t * 4 + i] = (uint8_t)(code + 128);
-            }
+        for (int64_t e = 0; e < k; e += 4) { /* a word of 4 codes at a time */
+            uint32_t w = 0;
+            if (r)
+                memcpy(&w, r->qs + e, 4);
+            uint32_t u = w ^ 0x80808080u; /* each byte + 128 */
+            memcpy(g->s8 + (e / 4) * TG * 4 + t * 4, &w, 4);
+            memcpy(g->q + (e / 4) * TG * 4 + t * 4, &u, 4);
+        }
         for (int64_t b = 0; b < nb; b++)
             g->d[b * TG + t] = r ? r->d[b] : 0.0f;
         for (int64_t p = 0; p < k / 32; p++)
