@@ -100,7 +100,11 @@ AMX static void tiles_configure(int span)
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
-/* Block b's sums (c, stored from its C tile) scaled into the rows' lanes b % 16. */
+/*
+ * Block b's sums (c, stored from its C tile) scaled into the rows' lanes
+ * b % 16.  The first 16 blocks find their lanes at zero: they add to a
+ * zero register instead of loading one (the same fma, so the same bits).
+ */
 AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const int32_t *c,
                             float *acc)
 {
@@ -110,7 +114,8 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
         __m512i v = _mm512_load_si512(c + 16 * m);
         __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nb + b]), da);
         float *a = acc + (m * 16 + b % 16) * 16;
-        _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), _mm512_load_ps(a)));
+        __m512 prev = b < 16 ? _mm512_setzero_ps() : _mm512_load_ps(a);
+        _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), prev));
     }
 }
 
@@ -132,7 +137,8 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
     const int64_t nb = r->k / 32;
     float *acc = scratch;                             /* [16 rows][16 lanes][16 tokens] */
     int32_t *c = (int32_t *)(scratch + 16 * 16 * 16); /* [16 rows][16 tokens] */
-    memset(acc, 0, 16 * 16 * 16 * sizeof *acc);
+    for (int m = 0; nb < 16 && m < 16; m++) /* lanes no block reaches */
+        memset(acc + (m * 16 + nb) * 16, 0, (size_t)(16 - nb) * 16 * sizeof *acc);
     tiles_configure(32);
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
