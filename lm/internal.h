@@ -115,7 +115,7 @@ typedef struct rows16 {
 #define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
 int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
 int lm_rows16_span(uint32_t type);
-/* Copies a prepared row (lm_trow_prepare_avx512) into slot m; p->k and p->span set. */
+/* Copies a decoded row into slot m; p->k and p->span set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch);
 int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,

@@ -136,12 +136,11 @@ static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, 
     return 1;
 }
 
-/* Row i decoded and prepared into slot m of the thread's 16 rows. */
+/* Row i decoded into slot m of the thread's 16 rows. */
 static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scratch *s, qrow *r)
 {
     const int64_t k = w->ne[0];
     lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k), k, s->isa);
-    lm_trow_prepare_avx512(r);
     lm_rows16_put(p, m, r);
 }
 

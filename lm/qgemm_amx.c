@@ -20,6 +20,25 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* s8[i] = u[i] - off: unsigned codes as the signed bytes the tiles multiply. */
+AVX512 static void codes_s8(int8_t *s8, const uint8_t *u, int64_t k, uint8_t off)
+{
+    const __m512i o = _mm512_set1_epi8((char)off);
+    int64_t i = 0;
+    for (; i + 64 <= k; i += 64)
+        _mm512_storeu_si512(s8 + i, _mm512_sub_epi8(_mm512_loadu_si512(u + i), o));
+    __mmask64 tail = k - i > 0 ? ~0ull >> (64 - (k - i)) : 0;
+    _mm512_mask_storeu_epi8(s8 + i, tail, _mm512_sub_epi8(_mm512_maskz_loadu_epi8(tail, u + i), o));
+}
+#else
+static void codes_s8(int8_t *s8, const uint8_t *u, int64_t k, uint8_t off)
+{
+    for (int64_t i = 0; i < k; i++)
+        s8[i] = (int8_t)(uint8_t)(u[i] - off);
+}
+#endif
+
 /* Codes that share a scale: a block (32), or a K-quant group (qgemm.c's row_groups). */
 int lm_rows16_span(uint32_t type)
 {
@@ -31,7 +50,7 @@ int lm_rows16_span(uint32_t type)
 void lm_rows16_put(rows16 *p, int m, const qrow *r)
 {
     const int64_t k = p->k;
-    memcpy(p->s8 + (size_t)m * p->stride, r->s8, (size_t)k);
+    codes_s8(p->s8 + (size_t)m * p->stride, r->u, k, (uint8_t)lm_code_offset(r->type));
     if (lm_act_type(r->type) == LM_Q8_0) {
         memcpy(p->d + m * (k / 32), r->d, (size_t)(k / 32) * sizeof *p->d);
         return;

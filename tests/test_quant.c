@@ -480,7 +480,6 @@ START_TEST(test_rows16_amx_bitwise)
                 random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
                 lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
-                ck_assert(lm_trow_prepare_avx512(&buf.r));
                 lm_rows16_put(&r16, r, &buf.r);
             }
             act_row ar[8];
