@@ -117,6 +117,9 @@ int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this p
 int lm_rows16_span(uint32_t type);
 /* Copies a decoded row into slot m; p->k and p->span set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
+/* The kernels below run between these, on the thread that called them. */
+void lm_amx_begin(int span);                     /* configures the tiles for a span */
+void lm_amx_end(void);                           /* releases them */
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch);
 int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
                           float *scratch);

@@ -159,7 +159,8 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     const int has_mins = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q2_K;
     p->k = w->ne[0];
     p->span = lm_rows16_span(w->type);
-#pragma omp for schedule(static)
+    lm_amx_begin(p->span);
+#pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
         for (int m = 0; m < 16; m++)
             rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
@@ -174,6 +175,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
                     out[(size_t)(g0 + t) * rows + c * 16 + m] = tmp[16 * m + t];
         }
     }
+    lm_amx_end();
     return rows / 16 * 16;
 }
 

@@ -99,12 +99,14 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
+AMX void lm_amx_end(void) { _tile_release(); }
+
 /*
  * Two sets of tiles, so one block's multiply runs while the previous
  * block's sums are scaled: C, A, B are tiles 0, 1, 2 and 3, 4, 5 (the
  * tile intrinsics take literal numbers).
  */
-AMX static void tiles_configure(int span)
+AMX void lm_amx_begin(int span)
 {
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -158,7 +160,6 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
     int32_t *c = (int32_t *)(scratch + 16 * 16 * 16); /* [16 rows][16 tokens] */
     for (int m = 0; nb < 16 && m < 16; m++) /* lanes no block reaches */
         memset(acc + (m * 16 + nb) * 16, 0, (size_t)(16 - nb) * 16 * sizeof *acc);
-    tiles_configure(32);
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
         if (b + 1 < nb)
@@ -172,7 +173,6 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
             block_scale(r, g, b + 1, c, acc);
         }
     }
-    _tile_release();
     for (int m = 0; m < 16; m++) {
         __m512 lanes[16];
         for (int l = 0; l < 16; l++)
@@ -236,7 +236,6 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
     float *acc = scratch;                       /* [2][16 rows][16 tokens]: sums, mins */
     int32_t *c = (int32_t *)(scratch + 2 * 256); /* [16 rows][16 tokens] */
     memset(acc, 0, 2 * 256 * sizeof *acc);
-    tiles_configure(r->span);
     __m512i isum[16];
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t j = 0; j < ns; j += 2) { /* per is even: pairs never straddle super-blocks */
@@ -253,7 +252,6 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
         if ((j + 2) % per == 0)
             super_scale(r, g, j / per, isum, has_mins, acc);
     }
-    _tile_release();
     for (int m = 0; m < 16; m++)
         _mm512_storeu_ps(out + 16 * m, _mm512_sub_ps(_mm512_load_ps(acc + 16 * m),
                                                      _mm512_load_ps(acc + 256 + 16 * m)));
@@ -263,6 +261,8 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
 #else
 
 int lm_cpu_amx(void) { return 0; }
+void lm_amx_begin(int span) { (void)span; }
+void lm_amx_end(void) {}
 
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch)
 {

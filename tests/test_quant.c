@@ -492,8 +492,10 @@ START_TEST(test_rows16_amx_bitwise)
             lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
             float got[256];
             int mins = ty == LM_Q2_K || ty == LM_Q4_K || ty == LM_Q5_K;
+            lm_amx_begin(r16.span);
             ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, scratch)
                                                  : lm_rows16_group_k_amx(&r16, &g, mins, got, scratch));
+            lm_amx_end();
             for (int r = 0; r < 16; r++) {
                 qrow_init(&buf);
                 lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
