@@ -197,13 +197,14 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
     const lm_hparams *hp = &c->m->hp;
     /* The queries sharing a KV head (its query heads, for every token) go
        over its cache rows together, a block of keys at a time, so the cache
-       is read from memory once per job instead of once per query.  Jobs are
-       in contiguous runs per thread: a thread's next job mostly shares its
-       KV head, whose rows are then still in L2. */
+       is read from memory once per job instead of once per query.  Jobs
+       cost more the later their tokens (causal), so they are handed out as
+       threads come free; they go out in order, so a thread's next job mostly
+       shares its KV head, whose rows are then still in L2. */
     const int group = hp->n_head / hp->n_head_kv, per_kv = group * n;
     const int chunks = attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax);
     const int jobs = hp->n_head_kv * chunks;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic)
     for (int job = 0; job < jobs; job++) {
         int kh = job / chunks, part = job % chunks, tid = omp_get_thread_num();
         int r0 = (int)((int64_t)per_kv * part / chunks);
