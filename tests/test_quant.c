@@ -509,6 +509,53 @@ START_TEST(test_rows16_amx_bitwise)
 }
 END_TEST
 
+/*
+ * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
+ * (16-row tiles, then the rows left over) and for one token, a few and a
+ * batch (every kernel family), against the scalar dot of each row and token.
+ */
+START_TEST(test_matmul_paths_bitwise)
+{
+    enum { ROWS = 37, NT = 40 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q8_0, LM_Q4_K, LM_Q6_K};
+    static const int counts[] = {1, 5, NT};
+    static uint8_t wmem[ROWS * K * 2], act[K * 8];
+    static float x[NT * K], out[NT * ROWS];
+    static qrow_buf buf;
+    uint64_t seed = 17;
+    for (int i = 0; i < NT * K; i++)
+        x[i] = cosf((float)i * 0.013f) * (float)(1 + i % 7);
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    const size_t ntypes = sizeof types / sizeof types[0];
+    for (size_t ti = 0; ti < 2 * ntypes; ti++) {
+        uint32_t ty = types[ti % ntypes];
+        s.amx = s.amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        size_t rb = lm_row_bytes(ty, K);
+        for (int r = 0; r < ROWS; r++)
+            random_row(ty, wmem + r * rb, rb, &seed);
+        lm_tensor w = {"w", ty, {K, ROWS}, wmem};
+        for (int c = 0; c < 3; c++) {
+            int n = counts[c];
+            lm_matmul(out, &w, x, n, &s);
+            for (int t = 0; t < n; t++) {
+                act_row ar;
+                lm_quantize_act(ty, x + t * K, act, K);
+                lm_act_layout(lm_act_type(ty), K, &ar, act);
+                for (int r = 0; r < ROWS; r++) {
+                    qrow_init(&buf);
+                    lm_qrow_decode_scalar(&buf.r, ty, wmem + r * rb, K);
+                    float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
+                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "%s %d tokens: row %d token %d: %a vs %a",
+                                  lm_type_name(ty), n, r, t, out[t * ROWS + r], want);
+                }
+            }
+        }
+    }
+    mm_scratch_free(&s);
+}
+END_TEST
+
 START_TEST(test_fast_paths_bitwise)
 {
     int isa = lm_cpu_isa();
@@ -704,6 +751,7 @@ TCase *tcase_quant(void)
     tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_rows16_bitwise);
     tcase_add_test(tc, test_rows16_amx_bitwise);
+    tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_attention_fast_bitwise);
