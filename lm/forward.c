@@ -238,8 +238,8 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
 {
     if (!L->wqkv) {
         lm_matmul(c->q, L->wq, c->xb, n, &c->mm);
-        lm_matmul(c->k, L->wk, c->xb, n, &c->mm);
-        lm_matmul(c->v, L->wv, c->xb, n, &c->mm);
+        lm_matmul_same_x(c->k, L->wk, c->xb, n, &c->mm);
+        lm_matmul_same_x(c->v, L->wv, c->xb, n, &c->mm);
     } else {
         int all = c->q_dim + c->k_dim + c->v_dim;
         lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
@@ -313,7 +313,7 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
     const int F = m->hp.n_ff, gelu = m->arch->flags & ARCH_GELU;
     if (L->w_gate) {
         lm_matmul(c->hb, L->w_gate, c->xb, n, &c->mm);
-        lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm);
+        lm_matmul_same_x(c->hb2, L->w_up, c->xb, n, &c->mm);
     } else {
         lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
         for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */

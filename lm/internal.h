@@ -153,6 +153,9 @@ typedef struct mm_scratch {
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
     float **amx_scratch;
+    uint32_t prep_type; /* the weight type, width and tokens the activations were last */
+    int64_t prep_k;     /* rounded for (lm_matmul_same_x) */
+    int prep_n;
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);
@@ -160,6 +163,12 @@ void mm_scratch_free(mm_scratch *s);
 
 /* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
+/*
+ * The same for an x equal to the last call's: x's rounded activations are
+ * used again when w takes the same ones (same vec_dot_type and code offset),
+ * as Q, K and V do, and gate and up.
+ */
+void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
 
 /* ---- attention.c ---- */
 void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);

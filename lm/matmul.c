@@ -224,28 +224,47 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     }
 }
 
-void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
+/* Whether the activations rounded last (for s->prep_type) serve w as they are. */
+static int prep_fits(const mm_scratch *s, const lm_tensor *w, int n_tok)
 {
-    const int64_t k = w->ne[0], rows = w->ne[1];
+    return s->prep_n == n_tok && s->prep_k == w->ne[0] &&
+           lm_act_type(s->prep_type) == lm_act_type(w->type) &&
+           lm_code_offset(s->prep_type) == lm_code_offset(w->type);
+}
+
+/* x rounded to w's vec_dot_type, token by token, and laid out in groups of 16 when grouped. */
+static void round_acts(const lm_tensor *w, const float *x, int n_tok, int grouped, mm_scratch *s)
+{
+    const int64_t k = w->ne[0];
     const int atype = lm_act_type(w->type);
     const size_t act_bytes = lm_act_row_bytes(atype, k);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n_tok; t++) {
+        if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
+            lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
+        lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
+    }
+    if (grouped) {
+#pragma omp for schedule(static)
+        for (int g = 0; g < (n_tok + 15) / 16; g++)
+            lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
+                            s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
+    }
+}
+
+static void matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s, int same_x)
+{
+    const int64_t rows = w->ne[1];
+    const int atype = lm_act_type(w->type);
     int nt = rows < 64 ? 1 : s->n_threads;
     /* several tokens through a quantized matrix: 16 at a time (qgemm.c) */
     const int grouped = s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= 10;
+    const int reuse = same_x && prep_fits(s, w, n_tok);
+    s->prep_type = w->type, s->prep_k = w->ne[0], s->prep_n = n_tok;
 #pragma omp parallel num_threads(nt)
     {
-#pragma omp for schedule(static)
-        for (int t = 0; t < n_tok; t++) {
-            if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
-                lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
-            lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
-        }
-        if (grouped) {
-#pragma omp for schedule(static)
-            for (int g = 0; g < (n_tok + 15) / 16; g++)
-                lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
-                                s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
-        }
+        if (!reuse)
+            round_acts(w, x, n_tok, grouped, s);
         /* token blocks keep their activations in L2 while every row passes; the
            grouped kernels decode a row once a block, so their blocks are longer */
         const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
@@ -257,4 +276,14 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
                               grouped, s);
         }
     }
+}
+
+void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
+{
+    matmul(out, w, x, n_tok, s, 0);
+}
+
+void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
+{
+    matmul(out, w, x, n_tok, s, 1);
 }
