@@ -120,9 +120,11 @@ void lm_rows16_put(rows16 *p, int m, const qrow *r);
 /* The kernels below run between these, on the thread that called them. */
 void lm_amx_begin(int span);                     /* configures the tiles for a span */
 void lm_amx_end(void);                           /* releases them */
-int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch);
-int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
-                          float *scratch);
+/* out[ldo * t + m]: row m of r times token t of g, for its first n tokens. */
+int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,
+                        float *scratch);
+int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out, size_t ldo,
+                          int n, float *scratch);
 
 /*
  * Generating a token streams every weight from DRAM once, and the hardware

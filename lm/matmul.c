@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per thread: 16 rows' codes and scales, and the AMX kernel's scratch and outputs. */
+/* Per thread: 16 rows' codes and scales, and the AMX kernel's scratch. */
 static int rows16_init(mm_scratch *s, int64_t max_k)
 {
     s->r16 = calloc((size_t)s->n_threads, sizeof *s->r16);
@@ -38,7 +38,7 @@ static int rows16_init(mm_scratch *s, int64_t max_k)
         p->m = malloc(16 * nb * sizeof *p->m);
         p->sc = malloc(16 * 2 * nb * sizeof *p->sc);
         p->mn = malloc(16 * 2 * nb * sizeof *p->mn);
-        s->amx_scratch[i] = aligned_alloc(64, (LM_AMX_SCRATCH + 16 * 16) * sizeof(float));
+        s->amx_scratch[i] = aligned_alloc(64, LM_AMX_SCRATCH * sizeof(float));
         if (!p->s8 || !p->d || !p->m || !p->sc || !p->mn || !s->amx_scratch[i])
             return -1;
     }
@@ -154,7 +154,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     const int64_t rows = w->ne[1];
     const int tid = omp_get_thread_num();
     rows16 *p = &s->r16[tid];
-    float *scratch = s->amx_scratch[tid], *tmp = scratch + LM_AMX_SCRATCH;
+    float *scratch = s->amx_scratch[tid];
     const int b32 = lm_act_type(w->type) == LM_Q8_0;
     const int has_mins = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q2_K;
     p->k = w->ne[0];
@@ -166,13 +166,11 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
             rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
+            float *o = out + (size_t)g0 * rows + c * 16;
             if (b32)
-                lm_rows16_group_amx(p, &s->groups[g0 / 16], tmp, scratch);
+                lm_rows16_group_amx(p, &s->groups[g0 / 16], o, (size_t)rows, cn, scratch);
             else
-                lm_rows16_group_k_amx(p, &s->groups[g0 / 16], has_mins, tmp, scratch);
-            for (int m = 0; m < 16; m++)
-                for (int t = 0; t < cn; t++)
-                    out[(size_t)(g0 + t) * rows + c * 16 + m] = tmp[16 * m + t];
+                lm_rows16_group_k_amx(p, &s->groups[g0 / 16], has_mins, o, (size_t)rows, cn, scratch);
         }
     }
     lm_amx_end();

@@ -140,6 +140,15 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     }
 }
 
+/* rows[m] (lane t: token t) stored token by token: out[ldo * t + m], t < n. */
+AMX static void store_tokens(const __m512 rows[16], float *out, size_t ldo, int n)
+{
+    __m512 tok[16];
+    transpose16(rows, tok);
+    for (int t = 0; t < n; t++)
+        _mm512_storeu_ps(out + ldo * (size_t)t, tok[t]);
+}
+
 /* Codes e .. e + span of the 16 rows times those of the 16 tokens, into tile C. */
 #define TILE_BLOCK(C, A, B, r, g, e)                                   \
     do {                                                               \
@@ -150,10 +159,12 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     } while (0)
 
 /*
- * r: 16 prepared rows.  out[16 * m + t]: row m times token t of g.
+ * r: 16 prepared rows.  out[ldo * t + m]: row m times token t of g, for the
+ * group's first n tokens.
  * scratch: LM_AMX_SCRATCH floats, 64-byte aligned (lane sums, one tile).
  */
-AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch)
+AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,
+                            float *scratch)
 {
     const int64_t nb = r->k / 32;
     float *acc = scratch;                             /* [16 rows][16 lanes][16 tokens] */
@@ -173,12 +184,14 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float 
             block_scale(r, g, b + 1, c, acc);
         }
     }
+    __m512 rows[16];
     for (int m = 0; m < 16; m++) {
         __m512 lanes[16];
         for (int l = 0; l < 16; l++)
             lanes[l] = _mm512_load_ps(acc + (m * 16 + l) * 16);
-        _mm512_storeu_ps(out + 16 * m, hsum16_lanes(lanes));
+        rows[m] = hsum16_lanes(lanes);
     }
+    store_tokens(rows, out, ldo, n);
     return 1;
 }
 
@@ -230,7 +243,7 @@ AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const _
  * integers, then per super-block the float steps of qgemm.c's row_groups.
  */
 AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
-                              float *scratch)
+                              size_t ldo, int n, float *scratch)
 {
     const int64_t ns = r->k / r->span, per = 256 / r->span;
     float *acc = scratch;                       /* [2][16 rows][16 tokens]: sums, mins */
@@ -252,9 +265,10 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
         if ((j + 2) % per == 0)
             super_scale(r, g, j / per, isum, has_mins, acc);
     }
+    __m512 rows[16];
     for (int m = 0; m < 16; m++)
-        _mm512_storeu_ps(out + 16 * m, _mm512_sub_ps(_mm512_load_ps(acc + 16 * m),
-                                                     _mm512_load_ps(acc + 256 + 16 * m)));
+        rows[m] = _mm512_sub_ps(_mm512_load_ps(acc + 16 * m), _mm512_load_ps(acc + 256 + 16 * m));
+    store_tokens(rows, out, ldo, n);
     return 1;
 }
 
@@ -264,16 +278,17 @@ int lm_cpu_amx(void) { return 0; }
 void lm_amx_begin(int span) { (void)span; }
 void lm_amx_end(void) {}
 
-int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, float *scratch)
+int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,
+                        float *scratch)
 {
-    (void)r, (void)g, (void)out, (void)scratch;
+    (void)r, (void)g, (void)out, (void)ldo, (void)n, (void)scratch;
     return 0;
 }
 
-int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
-                          float *scratch)
+int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out, size_t ldo,
+                          int n, float *scratch)
 {
-    (void)r, (void)g, (void)has_mins, (void)out, (void)scratch;
+    (void)r, (void)g, (void)has_mins, (void)out, (void)ldo, (void)n, (void)scratch;
     return 0;
 }
 

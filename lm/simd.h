@@ -23,6 +23,32 @@ AVX512 static INLINE float hsum16_avx512(__m512 acc)
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
+/* A 16 x 16 block transposed: lane i of t[j] is lane j of r[i]. */
+AVX512 static INLINE void transpose16(const __m512 r[16], __m512 t[16])
+{
+    __m512 a[16], u[16];
+    for (int i = 0; i < 8; i++) { /* 32-bit pairs of rows 2i, 2i+1 */
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* u[4g + j], 128-bit lane l: column 4l + j of rows 4g..4g+3 */
+        __m512d lo0 = _mm512_castps_pd(a[4 * g]), hi0 = _mm512_castps_pd(a[4 * g + 1]);
+        __m512d lo1 = _mm512_castps_pd(a[4 * g + 2]), hi1 = _mm512_castps_pd(a[4 * g + 3]);
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo0, lo1));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo0, lo1));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi0, hi1));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi0, hi1));
+    }
+    for (int j = 0; j < 4; j++) { /* 128-bit lanes gathered: columns j, 4 + j, 8 + j, 12 + j */
+        __m512 va = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), vb = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        __m512 vc = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), vd = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_f32x4(va, vc, 0x88);
+        t[8 + j] = _mm512_shuffle_f32x4(va, vc, 0xDD);
+        t[4 + j] = _mm512_shuffle_f32x4(vb, vd, 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(vb, vd, 0xDD);
+    }
+}
+
 /* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */
 AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
 {

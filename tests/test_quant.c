@@ -493,16 +493,16 @@ START_TEST(test_rows16_amx_bitwise)
             float got[256];
             int mins = ty == LM_Q2_K || ty == LM_Q4_K || ty == LM_Q5_K;
             lm_amx_begin(r16.span);
-            ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, scratch)
-                                                 : lm_rows16_group_k_amx(&r16, &g, mins, got, scratch));
+            ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, 16, 8, scratch)
+                                                 : lm_rows16_group_k_amx(&r16, &g, mins, got, 16, 8, scratch));
             lm_amx_end();
             for (int r = 0; r < 16; r++) {
                 qrow_init(&buf);
                 lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
                 for (int t = 0; t < 8; t++) {
                     float want = lm_qrow_dot(&buf.r, &ar[t], LM_ISA_SCALAR);
-                    ck_assert_msg(!memcmp(&got[16 * r + t], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
-                                  lm_type_name(ty), k, r, t, got[16 * r + t], want);
+                    ck_assert_msg(!memcmp(&got[16 * t + r], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
+                                  lm_type_name(ty), k, r, t, got[16 * t + r], want);
                 }
             }
         }
