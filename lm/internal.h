@@ -98,6 +98,8 @@ size_t lm_tgroup_bytes(int64_t k);
 void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base);
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
+/* Rows m = 0..15 of stage (stage[m * sld + t], sld >= n rounded up to 16) stored token by token: out[ldo * t + m]. */
+void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n);
 
 /* 16 prepared rows, for the AMX kernels (qgemm_amx.c). */
 typedef struct rows16 {
@@ -151,6 +153,7 @@ typedef struct mm_scratch {
     act_row *acts;     /* their layouts */
     qrow *rows;
     float **outs;      /* per thread: one row's outputs for a token block */
+    float **stage;     /* per thread: 16 rows' outputs for a token block (grouped) */
     uint8_t *tg_mem;   /* the token groups of a batch (K-quants, AVX-512) */
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */

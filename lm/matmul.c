@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #define TOKEN_BLOCK 64
+#define GROUPED_BLOCK (4 * TOKEN_BLOCK) /* the grouped kernels decode a row once a block */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,8 +61,9 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     s->act = aligned_alloc(64, s->act_cap);
     s->rows = calloc((size_t)n_threads, sizeof *s->rows);
     s->outs = calloc((size_t)n_threads, sizeof *s->outs);
+    s->stage = calloc((size_t)n_threads, sizeof *s->stage);
     s->acts = calloc((size_t)max_tok, sizeof *s->acts);
-    if (!s->act || !s->rows || !s->outs || !s->acts)
+    if (!s->act || !s->rows || !s->outs || !s->stage || !s->acts)
         return -1;
     for (int i = 0; i < n_threads; i++) {
         qrow *r = &s->rows[i];
@@ -74,8 +76,10 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
         r->s8 = aligned_alloc(64, k64);
         r->corr16 = malloc((size_t)(max_k / 16 + 1) * sizeof *r->corr16);
-        s->outs[i] = malloc(TOKEN_BLOCK * sizeof(float));
-        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i])
+        s->outs[i] = malloc(GROUPED_BLOCK * sizeof(float));
+        s->stage[i] = aligned_alloc(64, 16 * GROUPED_BLOCK * sizeof(float));
+        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i] ||
+            !s->stage[i])
             return -1;
     }
     if (s->amx && rows16_init(s, max_k))
@@ -93,9 +97,11 @@ void mm_scratch_free(mm_scratch *s)
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
         free(r->s8), free(r->corr16);
         free(s->outs[i]);
+        free(s->stage[i]);
     }
     free(s->rows);
     free(s->outs);
+    free(s->stage);
     free(s->acts);
     free(s->act);
     for (int i = 0; s->r16 && i < s->n_threads; i++) {
@@ -115,25 +121,35 @@ void mm_scratch_free(mm_scratch *s)
     s->act = NULL;
 }
 
-/* A quantized row against the token groups of a block (qgemm.c). */
-static int row_times_groups(float *out, const lm_tensor *w, const uint8_t *row, int64_t i, int t0,
-                            int nt, mm_scratch *s, qrow *r, float *tmp)
+/*
+ * Without AMX: the thread's rows 16 at a time, each decoded once and run
+ * against every token group of the block (qgemm.c); the 16 rows' outputs
+ * are then stored token by token, 16 adjacent floats each.  Returns the
+ * first row left for the loop of rows.
+ */
+static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, int nt, mm_scratch *s)
 {
-    const int64_t rows = w->ne[1];
-    lm_qrow_decode(r, w->type, row, w->ne[0], s->isa);
-    if (!lm_trow_prepare_avx512(r))
-        return 0;
-    for (int c0 = t0; c0 < t0 + nt; c0 += 64) { /* four groups a call */
-        int cn = t0 + nt - c0 < 64 ? t0 + nt - c0 : 64, ng = (cn + 15) / 16;
-        const tgroup *g[4];
-        for (int j = 0; j < ng; j++)
-            g[j] = &s->groups[c0 / 16 + j];
-        if (!lm_trow_groups_avx512(r, g, ng, tmp))
-            return 0;
-        for (int t = 0; t < cn; t++)
-            out[(size_t)(c0 + t) * rows + i] = tmp[t];
+    const int64_t k = w->ne[0], rows = w->ne[1];
+    const size_t row_bytes = lm_row_bytes(w->type, k);
+    const int tid = omp_get_thread_num();
+    qrow *r = &s->rows[tid];
+    float *stage = s->stage[tid];
+#pragma omp for schedule(static) nowait
+    for (int64_t c = 0; c < rows / 16; c++) {
+        for (int m = 0; m < 16; m++) {
+            lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)(c * 16 + m) * row_bytes, k, s->isa);
+            lm_trow_prepare_avx512(r);
+            for (int c0 = t0; c0 < t0 + nt; c0 += 64) { /* four groups a call */
+                int cn = t0 + nt - c0 < 64 ? t0 + nt - c0 : 64, ng = (cn + 15) / 16;
+                const tgroup *g[4];
+                for (int j = 0; j < ng; j++)
+                    g[j] = &s->groups[c0 / 16 + j];
+                lm_trow_groups_avx512(r, g, ng, stage + m * GROUPED_BLOCK + (c0 - t0));
+            }
+        }
+        lm_store_rows16(stage, GROUPED_BLOCK, out + (size_t)t0 * rows + c * 16, (size_t)rows, nt);
     }
-    return 1;
+    return rows / 16 * 16;
 }
 
 /* Row i decoded into slot m of the thread's 16 rows. */
@@ -197,7 +213,7 @@ static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
 
 /* One block of tokens against the rows this thread owns, from row r0 on. */
 static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0, int nt,
-                              int grouped, mm_scratch *s)
+                              mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t row_bytes = lm_row_bytes(w->type, k);
@@ -208,8 +224,6 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
 #pragma omp for schedule(static)
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
-        if (grouped && row_times_groups(out, w, row, i, t0, nt, s, r, tmp))
-            continue;
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
@@ -265,13 +279,15 @@ static void matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm
             round_acts(w, x, n_tok, grouped, s);
         /* token blocks keep their activations in L2 while every row passes; the
            grouped kernels decode a row once a block, so their blocks are longer */
-        const int block = grouped ? 4 * TOKEN_BLOCK : TOKEN_BLOCK;
+        const int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
         const int tiles = grouped && s->amx;
         int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
         for (int t0 = 0; t0 < n_tok; t0 += block) {
             int nb = n_tok - t0 < block ? n_tok - t0 : block;
-            rows_times_tokens(out, w, tiles ? rows16_times_groups(out, w, t0, nb, s) : r0, t0, nb,
-                              grouped, s);
+            int64_t first = tiles ? rows16_times_groups(out, w, t0, nb, s)
+                            : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
+                                      : r0;
+            rows_times_tokens(out, w, first, t0, nb, s);
         }
     }
 }

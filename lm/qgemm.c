@@ -224,6 +224,19 @@ AVX512 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, 
     return 1;
 }
 
+/* Rows m = 0..15 of stage (stage[m * sld + t]) stored token by token: out[ldo * t + m], t < n. */
+AVX512 void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n)
+{
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        __m512 r[16], tok[16];
+        for (int m = 0; m < 16; m++)
+            r[m] = _mm512_loadu_ps(stage + (size_t)m * sld + t0);
+        transpose16(r, tok);
+        for (int t = 0; t < 16 && t0 + t < n; t++)
+            _mm512_storeu_ps(out + ldo * (size_t)(t0 + t), tok[t]);
+    }
+}
+
 #else
 
 int lm_trow_prepare_avx512(qrow *r)
@@ -236,6 +249,13 @@ int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *
 {
     (void)r, (void)g, (void)ng, (void)out;
     return 0;
+}
+
+void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n)
+{
+    for (int t = 0; t < n; t++)
+        for (int m = 0; m < 16; m++)
+            out[ldo * (size_t)t + m] = stage[(size_t)m * sld + t];
 }
 
 #endif
