@@ -6,9 +6,10 @@
  *   one token     16 short rows at a time, or one row at a time, straight
  *                 from the mapped weights (qdot_simd.c);
  *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c);
- *   a batch       one decoded row against groups of 16 tokens (qgemm.c),
- *                 so a prompt reads each weight once per 256 tokens; with
- *                 AMX, 16 rows at a time in tiles (qgemm_amx.c);
+ *   a batch       16 rows at a time, each decoded once, against groups of
+ *                 16 tokens (qgemm.c), so a prompt reads each weight once
+ *                 per 256 tokens; with AMX, the 16 rows go into tiles
+ *                 (qgemm_amx.c); outputs are stored token by token;
  *   otherwise     the row decoded into the thread's qrow, lm_qrow_dot per token.
  * Every kernel computes each output element exactly as lm_qrow_dot's scalar
  * reference does, so batched and token-by-token evaluation, any thread
