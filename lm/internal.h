@@ -116,7 +116,8 @@ typedef struct rows16 {
 
 #define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
 int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
-int lm_rows16_span(uint32_t type);
+int lm_rows16_span(uint32_t type);               /* codes that share a scale: 16 or 32 */
+int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k and p->span set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
 /* The kernels below run between these, on the thread that called them. */

@@ -173,7 +173,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     rows16 *p = &s->r16[tid];
     float *scratch = s->amx_scratch[tid];
     const int b32 = lm_act_type(w->type) == LM_Q8_0;
-    const int has_mins = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q2_K;
+    const int has_mins = lm_k_has_mins(w->type);
     p->k = w->ne[0];
     p->span = lm_rows16_span(w->type);
     lm_amx_begin(p->span);

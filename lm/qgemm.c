@@ -98,16 +98,21 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
 }
 
 /* sum over the 16 groups of super-block b of min * (sum of 16 codes), per token. */
-AVX512 static INLINE __m512i group_mins(const qrow *r, const tgroup *g, int64_t b)
+AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int64_t b)
 {
     __m512i m = _mm512_setzero_si512();
     for (int p = 0; p < 8; p++) {
         int64_t gi = b * 16 + 2 * p;
-        uint32_t pair = (uint16_t)r->mn[gi] | ((uint32_t)(uint16_t)r->mn[gi + 1] << 16);
+        uint32_t pair = (uint16_t)mn[gi] | ((uint32_t)(uint16_t)mn[gi + 1] << 16);
         __m512i s = _mm512_loadu_si512(g->sum16 + (b * 8 + p) * TG * 2);
         m = _mm512_add_epi32(m, _mm512_madd_epi16(s, _mm512_set1_epi32((int)pair)));
     }
     return m;
+}
+
+AVX512 __m512i lm_tgroup_mins(const int16_t *mn, const tgroup *g, int64_t b)
+{
+    return group_mins(mn, g, b);
 }
 
 /*
@@ -154,7 +159,7 @@ AVX512 static INLINE void row_groups(const qrow *r, const tgroup *const *g, int 
             acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
             if (has_mins) {
                 __m512 mm = _mm512_mul_ps(mw, da);
-                mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(group_mins(r, g[j], b))));
+                mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(group_mins(r->mn, g[j], b))));
             }
         }
     }
@@ -206,10 +211,10 @@ AVX512 static INLINE void row_groups_ng(const qrow *r, const tgroup *const *g, i
 {
     if (lm_act_type(r->type) == LM_Q8_0)
         row_groups_b32(r, g, ng, out);
-    else if (r->type == LM_Q4_K || r->type == LM_Q5_K)
-        row_groups(r, g, ng, 32, 1, out);
+    else if (lm_rows16_span(r->type) == 32) /* (constant spans: the loops unroll) */
+        row_groups(r, g, ng, 32, lm_k_has_mins(r->type), out);
     else
-        row_groups(r, g, ng, 16, r->type == LM_Q2_K, out);
+        row_groups(r, g, ng, 16, lm_k_has_mins(r->type), out);
 }
 
 /* One prepared row against ng <= 4 groups: out[16 * j + t] for token t of group j. */
@@ -228,12 +233,10 @@ AVX512 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, 
 AVX512 void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n)
 {
     for (int t0 = 0; t0 < n; t0 += 16) {
-        __m512 r[16], tok[16];
+        __m512 r[16];
         for (int m = 0; m < 16; m++)
             r[m] = _mm512_loadu_ps(stage + (size_t)m * sld + t0);
-        transpose16(r, tok);
-        for (int t = 0; t < 16 && t0 + t < n; t++)
-            _mm512_storeu_ps(out + ldo * (size_t)(t0 + t), tok[t]);
+        store_rows_by_token(r, out + ldo * (size_t)t0, ldo, n - t0 < 16 ? n - t0 : 16);
     }
 }
 

@@ -47,6 +47,12 @@ int lm_rows16_span(uint32_t type)
     return 16;
 }
 
+/* K-quants whose groups also have mins (subtracted as min * sum of codes). */
+int lm_k_has_mins(uint32_t type)
+{
+    return type == LM_Q2_K || type == LM_Q4_K || type == LM_Q5_K;
+}
+
 void lm_rows16_put(rows16 *p, int m, const qrow *r)
 {
     const int64_t k = p->k;
@@ -140,15 +146,6 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     }
 }
 
-/* rows[m] (lane t: token t) stored token by token: out[ldo * t + m], t < n. */
-AMX static void store_tokens(const __m512 rows[16], float *out, size_t ldo, int n)
-{
-    __m512 tok[16];
-    transpose16(rows, tok);
-    for (int t = 0; t < n; t++)
-        _mm512_storeu_ps(out + ldo * (size_t)t, tok[t]);
-}
-
 /* Codes e .. e + span of the 16 rows times those of the 16 tokens, into tile C. */
 #define TILE_BLOCK(C, A, B, r, g, e)                                   \
     do {                                                               \
@@ -191,7 +188,7 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
             lanes[l] = _mm512_load_ps(acc + (m * 16 + l) * 16);
         rows[m] = hsum16_lanes(lanes);
     }
-    store_tokens(rows, out, ldo, n);
+    store_rows_by_token(rows, out, ldo, n);
     return 1;
 }
 
@@ -203,20 +200,6 @@ AMX static void sub_scale(const rows16 *r, int64_t j, const int32_t *c, __m512i 
     for (int m = 0; m < 16; m++)
         isum[m] = _mm512_add_epi32(isum[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m),
                                                              _mm512_set1_epi32(r->sc[m * ns + j])));
-}
-
-/* Row m's sum over super-block b of min * (sum of 16 codes), per token (qgemm.c's group_mins). */
-AMX static __m512i row_mins(const rows16 *r, const tgroup *g, int m, int64_t b)
-{
-    const int16_t *mn = r->mn + m * (r->k / 16);
-    __m512i s = _mm512_setzero_si512();
-    for (int p = 0; p < 8; p++) {
-        int64_t gi = b * 16 + 2 * p;
-        uint32_t pair = (uint16_t)mn[gi] | ((uint32_t)(uint16_t)mn[gi + 1] << 16);
-        __m512i t = _mm512_loadu_si512(g->sum16 + (b * 8 + p) * 16 * 2);
-        s = _mm512_add_epi32(s, _mm512_madd_epi16(t, _mm512_set1_epi32((int)pair)));
-    }
-    return s;
 }
 
 /* Super-block b's integer sums scaled into the rows' sums and mins (acc: [2][16 rows][16 tokens]). */
@@ -231,7 +214,7 @@ AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const _
         _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum[m]), _mm512_load_ps(a)));
         if (has_mins) {
             __m512 mm = _mm512_mul_ps(_mm512_set1_ps(r->m[m * nsb + b]), da);
-            __m512 mt = _mm512_mul_ps(mm, _mm512_cvtepi32_ps(row_mins(r, g, m, b)));
+            __m512 mt = _mm512_mul_ps(mm, _mm512_cvtepi32_ps(lm_tgroup_mins(r->mn + m * (r->k / 16), g, b)));
             _mm512_store_ps(mins, _mm512_add_ps(_mm512_load_ps(mins), mt));
         }
     }
@@ -268,7 +251,7 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
     __m512 rows[16];
     for (int m = 0; m < 16; m++)
         rows[m] = _mm512_sub_ps(_mm512_load_ps(acc + 16 * m), _mm512_load_ps(acc + 256 + 16 * m));
-    store_tokens(rows, out, ldo, n);
+    store_rows_by_token(rows, out, ldo, n);
     return 1;
 }
 

@@ -7,12 +7,17 @@
 #ifndef LM_SIMD_H
 #define LM_SIMD_H
 
+#include "internal.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define INLINE __attribute__((always_inline)) inline
+
+/* Per token of g, the sum over super-block b of mn[16-group] * (its sum of codes) (qgemm.c). */
+AVX512 __m512i lm_tgroup_mins(const int16_t *mn, const tgroup *g, int64_t b);
 
 AVX512 static INLINE float hsum16_avx512(__m512 acc)
 {
@@ -47,6 +52,19 @@ AVX512 static INLINE void transpose16(const __m512 r[16], __m512 t[16])
         t[4 + j] = _mm512_shuffle_f32x4(vb, vd, 0x88);
         t[12 + j] = _mm512_shuffle_f32x4(vb, vd, 0xDD);
     }
+}
+
+/*
+ * 16 rows' outputs (rows[m], lane t: token t) stored token by token,
+ * out[ldo * t + m] for t < n: each token's 16 rows as one vector, not 16
+ * floats in 16 cache lines.
+ */
+AVX512 static INLINE void store_rows_by_token(const __m512 rows[16], float *out, size_t ldo, int n)
+{
+    __m512 tok[16];
+    transpose16(rows, tok);
+    for (int t = 0; t < n; t++)
+        _mm512_storeu_ps(out + ldo * (size_t)t, tok[t]);
 }
 
 /* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */

@@ -491,7 +491,7 @@ START_TEST(test_rows16_amx_bitwise)
             ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
             lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
             float got[256];
-            int mins = ty == LM_Q2_K || ty == LM_Q4_K || ty == LM_Q5_K;
+            int mins = lm_k_has_mins(ty);
             lm_amx_begin(r16.span);
             ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, 16, 8, scratch)
                                                  : lm_rows16_group_k_amx(&r16, &g, mins, got, 16, 8, scratch));
