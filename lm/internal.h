@@ -88,14 +88,14 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 
 /* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */
 typedef struct tgroup {
-    uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 */
-    int8_t *s8;        /* the same codes as they are */
+    uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 (VNNI) */
+    int8_t *s8;        /* or the same codes as they are (AMX) */
     float *d;          /* [blocks][16]: block scales */
     int16_t *sum16;    /* [k/32][16][2]: the sums of each two groups of 16 codes */
 } tgroup;
 
 size_t lm_tgroup_bytes(int64_t k);
-void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base);
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, void *base);
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
 /* Rows m = 0..15 of stage (stage[m * sld + t], sld >= n rounded up to 16) stored token by token: out[ldo * t + m]. */

@@ -42,11 +42,11 @@ static void tgroup_layout(tgroup *g, int64_t k, void *base)
 
 /*
  * Lay out up to 16 tokens' Q8_0 or Q8_K activations; absent tokens are zero.
- * Codes are stored + 128 (unsigned, as vpdpbusd wants them) and as they are
- * (for AMX's signed multiply); the sums of 16 codes go in pairs, so one
- * vpmaddwd weighs two groups' mins.
+ * Codes are stored + 128 in q (unsigned, as vpdpbusd wants them), or as they
+ * are in s8 when amx (for the tiles' signed multiply): each kernel reads one.
+ * The sums of 16 codes go in pairs, so one vpmaddwd weighs two groups' mins.
  */
-void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, void *base)
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, void *base)
 {
     const int64_t nb = k / (atype == LM_Q8_K ? QK_K : 32);
     tgroup_layout(g, k, base);
@@ -57,8 +57,10 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, v
             if (r)
                 memcpy(&w, r->qs + e, 4);
             uint32_t u = w ^ 0x80808080u; /* each byte + 128 */
-            memcpy(g->s8 + (e / 4) * TG * 4 + t * 4, &w, 4);
-            memcpy(g->q + (e / 4) * TG * 4 + t * 4, &u, 4);
+            if (amx)
+                memcpy(g->s8 + (e / 4) * TG * 4 + t * 4, &w, 4);
+            else
+                memcpy(g->q + (e / 4) * TG * 4 + t * 4, &u, 4);
         }
         for (int64_t b = 0; b < nb; b++)
             g->d[b * TG + t] = r ? r->d[b] : 0.0f;

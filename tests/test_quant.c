@@ -362,8 +362,8 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
     static uint8_t mem[2][K * 32 + 4096] __attribute__((aligned(64)));
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
-    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, mem[0]);
-    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, mem[1]);
+    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, 0, mem[0]);
+    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, 0, mem[1]);
     ck_assert(lm_trow_prepare_avx512(r));
     const tgroup *gs[4] = {&ga, &gb, &ga, &gb};
     for (int ng = 1; ng <= 4; ng *= 2) {
@@ -489,7 +489,7 @@ START_TEST(test_rows16_amx_bitwise)
             }
             tgroup g;
             ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
-            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, gmem);
+            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, 1, gmem);
             float got[256];
             int mins = lm_k_has_mins(ty);
             lm_amx_begin(r16.span);
