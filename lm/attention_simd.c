@@ -92,7 +92,7 @@ AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
  * nv for values) as arguments that are constants where they are inlined:
  * then the accumulators live in registers, not on the stack.
  */
-#define INLINE_AVX512 AVX512 __attribute__((always_inline)) static inline
+#define INLINE_AVX512 AVX512 static INLINE
 
 /* Scores of the 16 keys j..j+15 (q . k * scale) into scores[j..j+15]; returns them. */
 INLINE_AVX512 __m512 scores16(const __m512 *qv, const void *k0, size_t kstride, int j, int nq,
