@@ -51,6 +51,9 @@ typedef struct act_row {
     float *d, *s;      /* per block: scale; Q8_1 also d * sum */
     int16_t *sum16;    /* sum of every 16 codes */
     int32_t *negcorr;  /* -offset * (sum of every 4 codes), offset of the weight type */
+    int8_t *qw;        /* per window of 4 blocks: their codes 0-15, then 16-31 (qrow_vbmi.c) */
+    int32_t *ncw;      /* per window: negcorr of codes 4q.. and 16+4q.. added, lane 4i+q */
+    int windows;       /* 1 once qw and ncw hold this row's values */
 } act_row;
 
 enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };
@@ -73,6 +76,10 @@ float lm_dot_f_scalar(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx512(const qrow *w, const act_row *a);
 float lm_dot_k_avx512(const qrow *w, const act_row *a);
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
+/* qrow_vbmi.c: one token through a Q4_0 row read in order, 4 blocks a load pair */
+int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
+void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
+float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a);
 
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
 /* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */
@@ -147,7 +154,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
-    int n_threads, isa, amx;
+    int n_threads, isa, amx, vbmi;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;

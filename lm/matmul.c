@@ -57,8 +57,10 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     else if (force && !strcmp(force, "avx2") && s->isa > LM_ISA_AVX2)
         s->isa = LM_ISA_AVX2;
     s->amx = s->isa >= LM_ISA_AVX512 && !(force && !strcmp(force, "avx512")) && lm_cpu_amx();
+    s->vbmi = s->isa >= LM_ISA_AVX512 && lm_cpu_vbmi();
     s->max_k = max_k;
-    s->act_cap = (size_t)max_tok * lm_act_row_bytes(LM_F32, max_k); /* the largest act format */
+    size_t f32 = lm_act_row_bytes(LM_F32, max_k), q8 = lm_act_row_bytes(LM_Q8_0, max_k);
+    s->act_cap = (size_t)max_tok * (f32 > q8 ? f32 : q8); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
     s->rows = calloc((size_t)n_threads, sizeof *s->rows);
     s->outs = calloc((size_t)n_threads, sizeof *s->outs);
@@ -203,7 +205,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
 static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024)
+    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || s->acts[0].windows)
         return 0;
     const size_t rb = lm_row_bytes(w->type, k);
 #pragma omp for schedule(static)
@@ -225,6 +227,10 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
 #pragma omp for schedule(static)
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
+        if (nt == 1 && s->acts[t0].windows) {
+            out[(size_t)t0 * rows + i] = lm_row_q4_0_vbmi(row, k, &s->acts[t0]);
+            continue;
+        }
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
@@ -256,6 +262,8 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
             lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
+        if (n_tok == 1 && s->vbmi && w->type == LM_Q4_0) /* read row by row (qrow_vbmi.c) */
+            lm_act_windows(&s->acts[t]);
     }
     if (grouped) {
 #pragma omp for schedule(static)

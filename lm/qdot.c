@@ -73,6 +73,11 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     p += (k / 16) * sizeof(int16_t);
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     r->negcorr = (int32_t *)p;
+    p += (k / 4) * sizeof(int32_t);
+    p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    r->qw = (int8_t *)p;
+    r->ncw = (int32_t *)(p + (k / QK + 3) / 4 * 128);
+    r->windows = 0;
     r->f = (float *)base;
 }
 
@@ -82,7 +87,8 @@ size_t lm_act_row_bytes(int atype, int64_t k)
         return ((size_t)k * sizeof(float) + 63) / 64 * 64;
     int64_t nb = k / QK;
     size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
-    n += (size_t)(k / 4) * 4; /* negcorr */
+    n += (size_t)(k / 4) * 4 + 64;              /* negcorr */
+    n += (size_t)(nb + 3) / 4 * (128 + 64);      /* qw, ncw */
     return (n + 63) / 64 * 64;
 }
 

@@ -185,14 +185,6 @@ AVX512 static inline __m256i lanes32(__m256i seed, __m256i q, const int8_t *a)
     return _mm256_dpbusd_epi32(seed, au, q);
 }
 
-/* Two vectors of 8-lane groups -> one of their pairwise sums, groups kept in order. */
-AVX512 static inline __m512i pair_sums(__m512i x, __m512i y)
-{
-    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ev, y), _mm512_permutex2var_epi32(x, od, y));
-}
-
 /* v[p] holds 8 lanes of block 2p, then 8 of block 2p+1: lane j of the result is block j's sum. */
 AVX512 static inline __m512i block_totals16(const __m512i v[8])
 {

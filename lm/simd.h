@@ -67,6 +67,14 @@ AVX512 static INLINE void store_rows_by_token(const __m512 rows[16], float *out,
         _mm512_storeu_ps(out + ldo * (size_t)t, tok[t]);
 }
 
+/* Two vectors of 8-lane groups -> one of their pairwise sums, groups kept in order. */
+AVX512 static INLINE __m512i pair_sums(__m512i x, __m512i y)
+{
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ev, y), _mm512_permutex2var_epi32(x, od, y));
+}
+
 /* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */
 AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
 {

@@ -1,0 +1,139 @@
+/*
+ * lm/qrow_vbmi.c - one token through a Q4_0 row read front to back, where
+ * the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
+ *
+ * Generating a token reads every weight once, so the kernel must finish a
+ * row faster than memory delivers it, and read in the order the hardware
+ * prefetcher follows.  The 16-row kernel of qdot_simd.c reads 16 rows side
+ * by side, which the prefetcher does not follow; one_b32 reads a row in
+ * order but spends about 6 vector operations per block building its codes.
+ * Here two loads cover 4 blocks (72 bytes), and one byte permute gathers
+ * their 64 bytes of nibbles.  The token's codes were laid out once in the
+ * same order (lm_act_windows: per window of 4 blocks, codes 0-15 of each,
+ * then codes 16-31), so two vpdpbusd give 4 lanes per block, and three
+ * rounds of pairwise sums give 16 blocks' exact sums in lanes 0-15.  Those
+ * take lm_dot_b32_scalar's float steps (block b into lane b % 16, then the
+ * lane tree), so the result is bitwise the scalar one.
+ */
+#include "internal.h"
+#include "simd.h"
+
+#include <string.h>
+
+/* The token's codes and corrections in window order; zeros past the last block. */
+void lm_act_windows(act_row *a)
+{
+    const int64_t nb = a->k / 32, nw = (nb + 3) / 4;
+    memset(a->qw, 0, (size_t)nw * 128);
+    memset(a->ncw, 0, (size_t)nw * 16 * sizeof *a->ncw);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t j = b / 4, i = b % 4;
+        memcpy(a->qw + 128 * j + 16 * i, a->qs + 32 * b, 16);
+        memcpy(a->qw + 128 * j + 64 + 16 * i, a->qs + 32 * b + 16, 16);
+        for (int q = 0; q < 4; q++)
+            a->ncw[16 * j + 4 * i + q] = a->negcorr[8 * b + q] + a->negcorr[8 * b + 4 + q];
+    }
+    a->windows = 1;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+#define VBMI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi")))
+
+int lm_cpu_vbmi(void)
+{
+    unsigned a, b, c, d;
+    if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (c >> 1) & 1; /* the VNNI bit (c >> 11) is part of LM_ISA_AVX512 */
+}
+
+/* Byte i of a mask with the first n (0..64) set. */
+static inline __mmask64 first_bytes(int64_t n)
+{
+    return n >= 64 ? ~0ull : n <= 0 ? 0 : ~0ull >> (64 - n);
+}
+
+/*
+ * Window j (blocks 4j..4j+3, the first `live` of them in the row): the
+ * exact sums of each block in lanes 4i..4i+3, and the blocks' f16 scales
+ * merged into words 4(j % 4)..+3 of *sc.
+ */
+VBMI static INLINE __m512i window_sums(const uint8_t *row, const act_row *a, int64_t j, int live,
+                                       __m512i *sc)
+{
+    /* nibbles of block i at bytes 18i+2..18i+17 of the window; bytes past 63 come from
+       the second load, which starts at byte 8 so as to end with the window */
+    const __m512i nib = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38,
+        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    const __m512i scale = _mm512_set_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        55, 54, 37, 36, 19, 18, 1, 0, 55, 54, 37, 36, 19, 18, 1, 0,
+        55, 54, 37, 36, 19, 18, 1, 0, 55, 54, 37, 36, 19, 18, 1, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *w = row + 72 * j;
+    __m512i lo_bytes, hi_bytes;
+    if (live == 4) {
+        lo_bytes = _mm512_loadu_si512(w);
+        hi_bytes = _mm512_loadu_si512(w + 8);
+    } else { /* the row's last blocks: nothing past them is read */
+        lo_bytes = _mm512_maskz_loadu_epi8(first_bytes(18 * live), w);
+        hi_bytes = _mm512_maskz_loadu_epi8(first_bytes(18 * live - 8), w + 8);
+    }
+    __m512i x = _mm512_permutex2var_epi8(lo_bytes, nib, hi_bytes);
+    *sc = _mm512_mask_permutexvar_epi8(*sc, (__mmask64)0xff << (8 * (j % 4)), scale, lo_bytes);
+    __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+    __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->ncw + 16 * j), lo, _mm512_loadu_si512(a->qw + 128 * j));
+    return _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(a->qw + 128 * j + 64));
+}
+
+/* Blocks b..b+m-1 (m <= 16, b a multiple of 16) scaled into acc's lanes 0..m-1. */
+VBMI static INLINE __m512 step(const uint8_t *row, const act_row *a, int64_t b, int m, __m512 acc)
+{
+    __m512i v[4], sc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int jj = 0; jj < 4; jj++) {
+        int live = m - 4 * jj;
+        v[jj] = live > 0 ? window_sums(row, a, b / 4 + jj, live < 4 ? live : 4, &sc) : _mm512_setzero_si512();
+    }
+    __m512i sums = pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
+    if (m == 16)
+        return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b)), _mm512_cvtepi32_ps(sums), acc);
+    __mmask16 lanes = (__mmask16)((1u << m) - 1);
+    __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lanes, a->d + b));
+    return _mm512_mask3_fmadd_ps(dd, _mm512_cvtepi32_ps(sums), acc, lanes);
+}
+
+/* a: laid out by lm_act_windows. */
+VBMI float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a)
+{
+    const int64_t nb = k / 32;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        lm_prefetch_ahead(row + 18 * b, 18 * 16);
+        acc = step(row, a, b, 16, acc);
+    }
+    if (b < nb) {
+        lm_prefetch_ahead(row + 18 * b, (size_t)(18 * (nb - b)));
+        acc = step(row, a, b, (int)(nb - b), acc);
+    }
+    return hsum16_avx512(acc);
+}
+
+#else
+
+int lm_cpu_vbmi(void) { return 0; }
+
+float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a)
+{
+    (void)row, (void)k, (void)a;
+    return 0.0f; /* never called: lm_cpu_vbmi() is 0 */
+}
+
+#endif
