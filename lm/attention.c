@@ -121,6 +121,20 @@ float lm_expf(float x)
     return p * scale;
 }
 
+/* SiLU(g) = g * sigmoid(g), written as llama.cpp writes it: g / (1 + e^-g). */
+float lm_silu(float g)
+{
+    return g / (1.0f + lm_expf(-g));
+}
+
+/* g[i] = SiLU(g[i]) * up[i]: the gated FFN's product, the same bits on every path. */
+void lm_silu_mul(float *g, const float *up, size_t n, int isa)
+{
+    size_t i = isa >= LM_ISA_AVX512 ? lm_silu_mul_avx512(g, up, n) : 0;
+    for (; i < n; i++)
+        g[i] = lm_silu(g[i]) * up[i];
+}
+
 /*
  * scores[lo..hi] = exp(score - mx); returns 1 / their sum.  The sum is kept
  * in double in 16 interleaved partial sums (key j in partial (j - lo) % 16)

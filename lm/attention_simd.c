@@ -45,6 +45,19 @@ AVX512 static inline __m512 exp16_avx512(__m512 x)
                               _mm512_set1_ps(__builtin_inff()));
 }
 
+/* lm_silu_mul 16 values at a time, lm_silu's operations; returns how many it did. */
+AVX512 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(g + i);
+        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        __m512 s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    return i;
+}
+
 /* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */
 AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
@@ -392,6 +405,12 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size
 }
 
 #else
+size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
+{
+    (void)g, (void)up, (void)n;
+    return 0;
+}
+
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
     return lm_softmax_exp(scores, lo, hi, mx);

@@ -321,10 +321,12 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
             memmove(c->hb2 + (size_t)t * F, c->hb2 + (size_t)t * 2 * F + F, (size_t)F * sizeof(float));
         }
     }
-    for (size_t i = 0; i < (size_t)n * F; i++) {
-        float g = c->hb[i];
-        c->hb[i] = (gelu ? lm_gelu(m, g) : g / (1.0f + expf(-g))) * c->hb2[i];
+    if (!gelu) {
+        lm_silu_mul(c->hb, c->hb2, (size_t)n * F, c->mm.isa);
+        return;
     }
+    for (size_t i = 0; i < (size_t)n * F; i++)
+        c->hb[i] = lm_gelu(m, c->hb[i]) * c->hb2[i];
 }
 
 static void ffn_block(lm_ctx *c, int il, int n)

@@ -213,6 +213,9 @@ float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
 float lm_expf(float x);
+float lm_silu(float g);
+void lm_silu_mul(float *g, const float *up, size_t n, int isa);
+size_t lm_silu_mul_avx512(float *g, const float *up, size_t n);
 
 /*
  * exp(x) = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 (ln 2 split in
