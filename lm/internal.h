@@ -127,6 +127,7 @@ int lm_rows16_span(uint32_t type);               /* codes that share a scale: 16
 int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k and p->span set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
+int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0, Q8_0; 0: not here */
 /* The kernels below run between these, on the thread that called them. */
 void lm_amx_begin(int span);                     /* configures the tiles for a span */
 void lm_amx_end(void);                           /* releases them */

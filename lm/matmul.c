@@ -159,7 +159,10 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
 static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scratch *s, qrow *r)
 {
     const int64_t k = w->ne[0];
-    lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k), k, s->isa);
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k);
+    if (lm_rows16_put_raw(p, m, w->type, row))
+        return;
+    lm_qrow_decode(r, w->type, row, k, s->isa);
     lm_rows16_put(p, m, r);
 }
 

@@ -70,6 +70,46 @@ void lm_rows16_put(rows16 *p, int m, const qrow *r)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* A Q4_0 block's 32 codes as signed bytes: byte j holds codes j (low nibble) and j + 16. */
+AVX512 static INLINE __m256i q4_0_s8(const uint8_t *blk)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0f);
+    __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+}
+
+/*
+ * Q4_0 and Q8_0 rows go into slot m straight from the file: the codes are
+ * the decoder's minus the offset, the scales the same f16 values, so the
+ * slot holds what lm_rows16_put would copy.  0 for other types.
+ */
+AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
+{
+    if (type != LM_Q4_0 && type != LM_Q8_0)
+        return 0;
+    const int64_t nb = p->k / 32;
+    const size_t bs = type == LM_Q4_0 ? 18 : 34;
+    int8_t *s8 = p->s8 + (size_t)m * p->stride;
+    float *d = p->d + m * nb;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        __m256i c = type == LM_Q4_0 ? q4_0_s8(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));
+        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), c);
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        d[b] = lm_f16_to_f32(h);
+    }
+    return 1;
+}
+#else
+int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
+{
+    (void)p, (void)m, (void)type, (void)row;
+    return 0;
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
