@@ -242,6 +242,29 @@ AMX static void sub_scale(const rows16 *r, int64_t j, const int32_t *c, __m512i 
                                                              _mm512_set1_epi32(r->sc[m * ns + j])));
 }
 
+/*
+ * Per row and token, the sum over super-block b's 16 groups of min * (sum
+ * of 16 codes): qgemm.c's lm_tgroup_mins for the 16 rows at once, each
+ * pair of groups' token sums loaded once for all rows.  Integer sums, so
+ * the order of the terms does not change them.
+ */
+AMX static INLINE void rows16_mins(const rows16 *r, const tgroup *g, int64_t b, __m512i mins[16])
+{
+    const int64_t ng = r->k / 16;
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        mins[m] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p++) {
+        __m512i s = _mm512_loadu_si512(g->sum16 + (b * 8 + p) * 16 * 2);
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; m++) {
+            int32_t pair; /* mins of groups 2p and 2p + 1, as madd's 16-bit pairs */
+            memcpy(&pair, r->mn + m * ng + b * 16 + 2 * p, 4);
+            mins[m] = _mm512_add_epi32(mins[m], _mm512_madd_epi16(s, _mm512_set1_epi32(pair)));
+        }
+    }
+}
+
 /* Super-block b's integer sums scaled into the rows' sums and mins (acc: [2][16 rows][16 tokens]). */
 AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const __m512i *isum,
                             int has_mins, float *acc)
@@ -249,14 +272,18 @@ AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const _
     const int64_t nsb = r->k / 256;
     __m512 da = _mm512_loadu_ps(g->d + b * 16);
     for (int m = 0; m < 16; m++) {
-        float *a = acc + 16 * m, *mins = acc + 256 + 16 * m;
+        float *a = acc + 16 * m;
         __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nsb + b]), da);
         _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum[m]), _mm512_load_ps(a)));
-        if (has_mins) {
-            __m512 mm = _mm512_mul_ps(_mm512_set1_ps(r->m[m * nsb + b]), da);
-            __m512 mt = _mm512_mul_ps(mm, _mm512_cvtepi32_ps(lm_tgroup_mins(r->mn + m * (r->k / 16), g, b)));
-            _mm512_store_ps(mins, _mm512_add_ps(_mm512_load_ps(mins), mt));
-        }
+    }
+    if (!has_mins)
+        return;
+    __m512i msum[16];
+    rows16_mins(r, g, b, msum);
+    for (int m = 0; m < 16; m++) {
+        float *mins = acc + 256 + 16 * m;
+        __m512 mm = _mm512_mul_ps(_mm512_set1_ps(r->m[m * nsb + b]), da);
+        _mm512_store_ps(mins, _mm512_add_ps(_mm512_load_ps(mins), _mm512_mul_ps(mm, _mm512_cvtepi32_ps(msum[m]))));
     }
 }
 
