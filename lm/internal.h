@@ -113,6 +113,8 @@ typedef struct rows16 {
     int64_t k;
     int8_t *s8;        /* [16][stride]: each row's codes as signed bytes */
     size_t stride;
+    const int8_t *a;   /* what the tiles read: block j of row m at a + m * astride + j * ablk */
+    size_t astride, ablk; /* (s8 itself, or Q8_0 rows where they lie in the file) */
     float *d;          /* [16][blocks]: their block (super-block) scales */
     /* K-quants only */
     int span;          /* codes that share a scale: 16 or 32 */
@@ -127,7 +129,10 @@ int lm_rows16_span(uint32_t type);               /* codes that share a scale: 16
 int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k and p->span set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
-int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0, Q8_0; 0: not here */
+int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0; 0: not here */
+void lm_rows16_use_s8(rows16 *p);                /* the tiles read the rows put into s8 */
+/* The tiles read 16 Q8_0 rows (rb bytes apart) where they lie; their scales go to p->d. */
+void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb);
 /* The kernels below run between these, on the thread that called them. */
 void lm_amx_begin(int span);                     /* configures the tiles for a span */
 void lm_amx_end(void);                           /* releases them */

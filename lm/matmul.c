@@ -179,13 +179,18 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     float *scratch = s->amx_scratch[tid];
     const int b32 = lm_act_type(w->type) == LM_Q8_0;
     const int has_mins = lm_k_has_mins(w->type);
+    const size_t rb = lm_row_bytes(w->type, w->ne[0]);
     p->k = w->ne[0];
     p->span = lm_rows16_span(w->type);
+    lm_rows16_use_s8(p);
     lm_amx_begin(p->span);
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
-        for (int m = 0; m < 16; m++)
-            rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
+        if (w->type == LM_Q8_0)
+            lm_rows16_point_q8_0(p, (const uint8_t *)w->data + (size_t)c * 16 * rb, rb);
+        else
+            for (int m = 0; m < 16; m++)
+                rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
             float *o = out + (size_t)g0 * rows + c * 16;

@@ -79,27 +79,44 @@ AVX512 static INLINE __m256i q4_0_s8(const uint8_t *blk)
 }
 
 /*
- * Q4_0 and Q8_0 rows go into slot m straight from the file: the codes are
- * the decoder's minus the offset, the scales the same f16 values, so the
- * slot holds what lm_rows16_put would copy.  0 for other types.
+ * Q4_0 rows go into slot m straight from the file: the codes are the
+ * decoder's minus the offset, the scales the same f16 values, so the slot
+ * holds what lm_rows16_put would copy.  0 for other types.
  */
 AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
 {
-    if (type != LM_Q4_0 && type != LM_Q8_0)
+    if (type != LM_Q4_0)
         return 0;
     const int64_t nb = p->k / 32;
-    const size_t bs = type == LM_Q4_0 ? 18 : 34;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
     float *d = p->d + m * nb;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        __m256i c = type == LM_Q4_0 ? q4_0_s8(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));
-        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), c);
+        const uint8_t *blk = row + (size_t)b * 18;
+        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), q4_0_s8(blk));
         uint16_t h;
         memcpy(&h, blk, 2);
         d[b] = lm_f16_to_f32(h);
     }
     return 1;
+}
+
+/*
+ * Q8_0 codes are already the signed bytes the tiles multiply, 32 to a
+ * block after its f16 scale: the tiles read them in the mapped file, 34
+ * bytes a block, and only the scales are converted, 16 blocks a gather.
+ */
+AVX512 void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb)
+{
+    const int64_t nb = p->k / 32;
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(34));
+    p->a = (const int8_t *)row0 + 2, p->astride = rb, p->ablk = 34;
+    for (int m = 0; m < 16; m++)
+        for (int64_t b = 0; b < nb; b += 16) {
+            __mmask16 live = (__mmask16)(nb - b >= 16 ? 0xffff : (1u << (nb - b)) - 1);
+            __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, row0 + m * rb + b * 34, 1);
+            _mm512_mask_storeu_ps(p->d + m * nb + b, live, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        }
 }
 #else
 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
@@ -107,7 +124,17 @@ int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
     (void)p, (void)m, (void)type, (void)row;
     return 0;
 }
+
+void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb)
+{
+    (void)p, (void)row0, (void)rb; /* never called: no AMX here */
+}
 #endif
+
+void lm_rows16_use_s8(rows16 *p)
+{
+    p->a = p->s8, p->astride = p->stride, p->ablk = (size_t)p->span;
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -186,12 +213,12 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     }
 }
 
-/* Codes e .. e + span of the 16 rows times those of the 16 tokens, into tile C. */
-#define TILE_BLOCK(C, A, B, r, g, e)                                   \
+/* Block (or group) j of the 16 rows times that of the 16 tokens, into tile C. */
+#define TILE_BLOCK(C, A, B, r, g, j)                                   \
     do {                                                               \
         _tile_zero(C);                                                 \
-        _tile_loadd(A, (r)->s8 + (e), (long)(r)->stride);              \
-        _tile_loadd(B, (g)->s8 + (e) * 16, 64);                        \
+        _tile_loadd(A, (r)->a + (j) * (r)->ablk, (long)(r)->astride);  \
+        _tile_loadd(B, (g)->s8 + (j) * (r)->span * 16, 64);            \
         _tile_dpbssd(C, A, B);                                         \
     } while (0)
 
@@ -211,11 +238,11 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
         if (b + 1 < nb)
-            TILE_BLOCK(3, 4, 5, r, g, (b + 1) * 32);
+            TILE_BLOCK(3, 4, 5, r, g, b + 1);
         _tile_stored(0, c, 64);
         block_scale(r, g, b, c, acc);
         if (b + 2 < nb)
-            TILE_BLOCK(0, 1, 2, r, g, (b + 2) * 32);
+            TILE_BLOCK(0, 1, 2, r, g, b + 2);
         if (b + 1 < nb) {
             _tile_stored(3, c, 64);
             block_scale(r, g, b + 1, c, acc);
@@ -305,11 +332,11 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
         if (j % per == 0)
             for (int m = 0; m < 16; m++)
                 isum[m] = _mm512_setzero_si512();
-        TILE_BLOCK(3, 4, 5, r, g, (j + 1) * r->span);
+        TILE_BLOCK(3, 4, 5, r, g, j + 1);
         _tile_stored(0, c, 64);
         sub_scale(r, j, c, isum);
         if (j + 2 < ns)
-            TILE_BLOCK(0, 1, 2, r, g, (j + 2) * r->span);
+            TILE_BLOCK(0, 1, 2, r, g, j + 2);
         _tile_stored(3, c, 64);
         sub_scale(r, j + 1, c, isum);
         if ((j + 2) % per == 0)

@@ -513,13 +513,16 @@ START_TEST(test_rows16_amx_bitwise)
             if (k % lm_type_block(ty))
                 continue;
             size_t rb = lm_row_bytes(ty, k);
-            rows16 r16 = {k, s8, K, d, lm_rows16_span(ty), sc, m, mn};
+            rows16 r16 = {.k = k, .s8 = s8, .stride = K, .d = d, .span = lm_rows16_span(ty), .sc = sc, .m = m, .mn = mn};
             for (int r = 0; r < 16; r++) {
                 random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
                 lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
                 lm_rows16_put(&r16, r, &buf.r);
             }
+            lm_rows16_use_s8(&r16);
+            if (ty == LM_Q8_0 && wi == 1) /* Q8_0 rows read where they lie, as matmul.c does */
+                lm_rows16_point_q8_0(&r16, rows, rb);
             act_row ar[8];
             for (int t = 0; t < 8; t++) {
                 lm_quantize_act(ty, x[t], act[t], k);
