@@ -29,6 +29,9 @@
 #define UBATCH_MIN 128
 #define UBATCH_MAX 256
 #define UBATCH_BYTES (32u << 20)
+/* Token loops outside the matmuls (norms, RoPE, residuals, SiLU) share the
+   threads from this many tokens on; a token takes the same steps either way. */
+#define PAR_TOKENS 16
 
 struct lm_ctx {
     const lm_model *m;
@@ -261,6 +264,7 @@ static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, 
     const lm_model *m = c->m;
     const lm_hparams *hp = &m->hp;
     const int hd = hp->head_dim;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
     for (int t = 0; t < n; t++) {
         float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->k_dim;
         if (L->q_norm) {
@@ -282,6 +286,7 @@ static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, 
 static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
 {
     const int E = c->m->hp.n_embd;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm)
@@ -297,6 +302,7 @@ static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
     const lm_hparams *hp = &m->hp;
     const lm_layer *L = &m->layers[il];
     const int E = hp->n_embd;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
     for (int t = 0; t < n; t++)
         lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
     project_qkv(c, L, n);
@@ -322,7 +328,9 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
         }
     }
     if (!gelu) {
-        lm_silu_mul(c->hb, c->hb2, (size_t)n * F, c->mm.isa);
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+        for (int t = 0; t < n; t++)
+            lm_silu_mul(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, (size_t)F, c->mm.isa);
         return;
     }
     for (size_t i = 0; i < (size_t)n * F; i++)
@@ -335,6 +343,7 @@ static void ffn_block(lm_ctx *c, int il, int n)
     const lm_hparams *hp = &m->hp;
     const lm_layer *L = &m->layers[il];
     const int E = hp->n_embd;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
     for (int t = 0; t < n; t++)
         lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
     gated_ffn(c, L, n);
