@@ -111,14 +111,14 @@ void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int
 /* 16 prepared rows, for the AMX kernels (qgemm_amx.c). */
 typedef struct rows16 {
     int64_t k;
-    int8_t *s8;        /* [16][stride]: each row's codes as signed bytes */
+    int8_t *s8;        /* [16][stride]: each row's codes as signed bytes; K-quants: */
+    int8_t *s8hi;      /* code * scale = 128 * s8hi + s8, both [16][stride] */
     size_t stride;
     const int8_t *a;   /* what the tiles read: block j of row m at a + m * astride + j * ablk */
     size_t astride, ablk; /* (s8 itself, or Q8_0 rows where they lie in the file) */
     float *d;          /* [16][blocks]: their block (super-block) scales */
     /* K-quants only */
     int span;          /* codes that share a scale: 16 or 32 */
-    int32_t *sc;       /* [16][k/span]: those scales */
     float *m;          /* [16][k/256]: min scales */
     int16_t *mn;       /* [16][k/16]: the mins of every 16 codes */
 } rows16;
@@ -134,7 +134,7 @@ void lm_rows16_use_s8(rows16 *p);                /* the tiles read the rows put 
 /* The tiles read 16 Q8_0 rows (rb bytes apart) where they lie; their scales go to p->d. */
 void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb);
 /* The kernels below run between these, on the thread that called them. */
-void lm_amx_begin(int span);                     /* configures the tiles for a span */
+void lm_amx_begin(uint32_t type);                /* configures the tiles for a weight type */
 void lm_amx_end(void);                           /* releases them */
 /* out[ldo * t + m]: row m of r times token t of g, for its first n tokens. */
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,

@@ -38,10 +38,10 @@ static int rows16_init(mm_scratch *s, int64_t max_k)
         p->s8 = aligned_alloc(64, 16 * stride);
         p->d = malloc(16 * nb * sizeof *p->d);
         p->m = malloc(16 * nb * sizeof *p->m);
-        p->sc = malloc(16 * 2 * nb * sizeof *p->sc);
+        p->s8hi = aligned_alloc(64, 16 * stride);
         p->mn = malloc(16 * 2 * nb * sizeof *p->mn);
         s->amx_scratch[i] = aligned_alloc(64, LM_AMX_SCRATCH * sizeof(float));
-        if (!p->s8 || !p->d || !p->m || !p->sc || !p->mn || !s->amx_scratch[i])
+        if (!p->s8 || !p->s8hi || !p->d || !p->m || !p->mn || !s->amx_scratch[i])
             return -1;
     }
     return 0;
@@ -109,7 +109,7 @@ void mm_scratch_free(mm_scratch *s)
     free(s->act);
     for (int i = 0; s->r16 && i < s->n_threads; i++) {
         free(s->r16[i].s8), free(s->r16[i].d), free(s->r16[i].m);
-        free(s->r16[i].sc), free(s->r16[i].mn);
+        free(s->r16[i].s8hi), free(s->r16[i].mn);
         free(s->amx_scratch[i]);
     }
     free(s->r16);
@@ -183,7 +183,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     p->k = w->ne[0];
     p->span = lm_rows16_span(w->type);
     lm_rows16_use_s8(p);
-    lm_amx_begin(p->span);
+    lm_amx_begin(w->type);
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
         if (w->type == LM_Q8_0)

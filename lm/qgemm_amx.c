@@ -39,6 +39,39 @@ static void codes_s8(int8_t *s8, const uint8_t *u, int64_t k, uint8_t off)
 }
 #endif
 
+/*
+ * K-quant codes times their group's scale, v = (u - off) * scale (|v| <= 4096),
+ * as two signed bytes: lo = v & 127 and hi = v >> 7, so v = 128 hi + lo.  A
+ * tile multiply of each against the tokens then sums a whole super-block,
+ * whatever its groups' scales, in exact integers.
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+AVX512 static void scaled_codes(int8_t *lo, int8_t *hi, const qrow *r, int64_t k)
+{
+    const __m512i off = _mm512_set1_epi16((short)lm_code_offset(r->type)), m7 = _mm512_set1_epi16(127);
+    /* word i of a 32-code step takes scale i / 4 of its 8 */
+    const __m512i rep = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4,
+                                         3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t i = 0; i < k; i += 32) {
+        __m512i u = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(r->u + i)));
+        __m512i sc = _mm512_castsi256_si512(_mm256_castsi128_si256(
+            _mm256_cvtepi32_epi16(_mm256_loadu_si256((const __m256i *)(r->sc4 + i / 4)))));
+        __m512i v = _mm512_mullo_epi16(_mm512_sub_epi16(u, off), _mm512_permutexvar_epi16(rep, sc));
+        _mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi16_epi8(_mm512_and_si512(v, m7)));
+        _mm256_storeu_si256((__m256i *)(hi + i), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 7)));
+    }
+}
+#else
+static void scaled_codes(int8_t *lo, int8_t *hi, const qrow *r, int64_t k)
+{
+    const int off = lm_code_offset(r->type);
+    for (int64_t i = 0; i < k; i++) {
+        int v = ((int)r->u[i] - off) * r->sc4[i / 4];
+        lo[i] = (int8_t)(v & 127), hi[i] = (int8_t)(v >> 7);
+    }
+}
+#endif
+
 /* Codes that share a scale: a block (32), or a K-quant group (qgemm.c's row_groups). */
 int lm_rows16_span(uint32_t type)
 {
@@ -56,16 +89,15 @@ int lm_k_has_mins(uint32_t type)
 void lm_rows16_put(rows16 *p, int m, const qrow *r)
 {
     const int64_t k = p->k;
-    codes_s8(p->s8 + (size_t)m * p->stride, r->u, k, (uint8_t)lm_code_offset(r->type));
     if (lm_act_type(r->type) == LM_Q8_0) {
+        codes_s8(p->s8 + (size_t)m * p->stride, r->u, k, (uint8_t)lm_code_offset(r->type));
         memcpy(p->d + m * (k / 32), r->d, (size_t)(k / 32) * sizeof *p->d);
         return;
     }
-    const int64_t nsb = k / 256, ns = k / p->span;
+    scaled_codes(p->s8 + (size_t)m * p->stride, p->s8hi + (size_t)m * p->stride, r, k);
+    const int64_t nsb = k / 256;
     memcpy(p->d + m * nsb, r->d, (size_t)nsb * sizeof *p->d);
     memcpy(p->m + m * nsb, r->m, (size_t)nsb * sizeof *p->m);
-    for (int64_t j = 0; j < ns; j++)
-        p->sc[m * ns + j] = r->sc4[j * p->span / 4];
     memcpy(p->mn + m * (k / 16), r->mn, (size_t)(k / 16) * sizeof *p->mn);
 }
 
@@ -175,12 +207,14 @@ typedef struct tile_config {
 AMX void lm_amx_end(void) { _tile_release(); }
 
 /*
- * Two sets of tiles, so one block's multiply runs while the previous
- * block's sums are scaled: C, A, B are tiles 0, 1, 2 and 3, 4, 5 (the
- * tile intrinsics take literal numbers).
+ * 32-element blocks: two sets of tiles, so one block's multiply runs while
+ * the previous block's sums are scaled: C, A, B are tiles 0, 1, 2 and 3, 4,
+ * 5 (the tile intrinsics take literal numbers).  K-quants: the same shapes
+ * for 64 codes, and tiles 6 and 7 as more A tiles.
  */
-AMX void lm_amx_begin(int span)
+AMX void lm_amx_begin(uint32_t type)
 {
+    const int span = lm_act_type(type) == LM_Q8_0 ? 32 : 64;
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -189,6 +223,7 @@ AMX void lm_amx_begin(int span)
         cfg.rows[3 * set + 1] = 16, cfg.colsb[3 * set + 1] = (uint16_t)span; /* A: [16 rows][span codes] */
         cfg.rows[3 * set + 2] = (uint8_t)(span / 4), cfg.colsb[3 * set + 2] = 64; /* B: [span/4][16][4] */
     }
+    cfg.rows[6] = cfg.rows[7] = 16, cfg.colsb[6] = cfg.colsb[7] = (uint16_t)span; /* more A tiles */
     /* not _tile_loadconfig: its asm tells the compiler it reads 8 bytes of
        cfg, so the stores to the rest may be dropped */
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
@@ -260,15 +295,6 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
 }
 
 
-/* Sub-block j's sums (c) times each row's scale of it, into the rows' integer sums. */
-AMX static void sub_scale(const rows16 *r, int64_t j, const int32_t *c, __m512i *isum)
-{
-    const int64_t ns = r->k / r->span;
-    for (int m = 0; m < 16; m++)
-        isum[m] = _mm512_add_epi32(isum[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m),
-                                                             _mm512_set1_epi32(r->sc[m * ns + j])));
-}
-
 /*
  * Per row and token, the sum over super-block b's 16 groups of min * (sum
  * of 16 codes): qgemm.c's lm_tgroup_mins for the 16 rows at once, each
@@ -315,32 +341,41 @@ AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const _
 }
 
 /*
- * K-quant rows (256-element super-blocks; scales every span = 16 or 32
- * codes): a tile multiply per span, each row's scale applied to its sums in
- * integers, then per super-block the float steps of qgemm.c's row_groups.
+ * K-quant rows (256-element super-blocks), from their scaled codes: per
+ * super-block, 4 steps of 64 codes multiply the low bytes into one tile and
+ * the high bytes into another, so the tiles end holding the exact sum of
+ * scale * code * token code; then qgemm.c's float steps for the super-block.
+ * Tiles (configured for 64 codes): C 0 and 3; A 1, 4 and 6, 7; B 2 and 5.
  */
 AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
                               size_t ldo, int n, float *scratch)
 {
-    const int64_t ns = r->k / r->span, per = 256 / r->span;
-    float *acc = scratch;                       /* [2][16 rows][16 tokens]: sums, mins */
-    int32_t *c = (int32_t *)(scratch + 2 * 256); /* [16 rows][16 tokens] */
+    const long st = (long)r->stride;
+    float *acc = scratch;                        /* [2][16 rows][16 tokens]: sums, mins */
+    int32_t *lo = (int32_t *)(scratch + 2 * 256), *hi = lo + 256; /* [16 rows][16 tokens] */
     memset(acc, 0, 2 * 256 * sizeof *acc);
-    __m512i isum[16];
-    TILE_BLOCK(0, 1, 2, r, g, 0);
-    for (int64_t j = 0; j < ns; j += 2) { /* per is even: pairs never straddle super-blocks */
-        if (j % per == 0)
-            for (int m = 0; m < 16; m++)
-                isum[m] = _mm512_setzero_si512();
-        TILE_BLOCK(3, 4, 5, r, g, j + 1);
-        _tile_stored(0, c, 64);
-        sub_scale(r, j, c, isum);
-        if (j + 2 < ns)
-            TILE_BLOCK(0, 1, 2, r, g, j + 2);
-        _tile_stored(3, c, 64);
-        sub_scale(r, j + 1, c, isum);
-        if ((j + 2) % per == 0)
-            super_scale(r, g, j / per, isum, has_mins, acc);
+    for (int64_t b = 0; b < r->k / 256; b++) {
+        _tile_zero(0);
+        _tile_zero(3);
+        for (int64_t e = b * 256; e < (b + 1) * 256; e += 128) {
+            _tile_loadd(1, r->s8 + e, st);
+            _tile_loadd(4, r->s8hi + e, st);
+            _tile_loadd(2, g->s8 + e * 16, 64);
+            _tile_loadd(6, r->s8 + e + 64, st);
+            _tile_loadd(7, r->s8hi + e + 64, st);
+            _tile_loadd(5, g->s8 + (e + 64) * 16, 64);
+            _tile_dpbssd(0, 1, 2);
+            _tile_dpbssd(3, 4, 2);
+            _tile_dpbssd(0, 6, 5);
+            _tile_dpbssd(3, 7, 5);
+        }
+        _tile_stored(0, lo, 64);
+        _tile_stored(3, hi, 64);
+        __m512i isum[16];
+        for (int m = 0; m < 16; m++)
+            isum[m] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi + 16 * m), 7),
+                                       _mm512_load_si512(lo + 16 * m));
+        super_scale(r, g, b, isum, has_mins, acc);
     }
     __m512 rows[16];
     for (int m = 0; m < 16; m++)
@@ -352,7 +387,7 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
 #else
 
 int lm_cpu_amx(void) { return 0; }
-void lm_amx_begin(int span) { (void)span; }
+void lm_amx_begin(uint32_t type) { (void)type; }
 void lm_amx_end(void) {}
 
 int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,

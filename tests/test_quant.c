@@ -496,8 +496,7 @@ START_TEST(test_rows16_amx_bitwise)
         return;
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
     static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 32 + 4096] __attribute__((aligned(64)));
-    static int8_t s8[16 * K] __attribute__((aligned(64)));
-    static int32_t sc[16 * K / 16];
+    static int8_t s8[16 * K] __attribute__((aligned(64))), s8hi[16 * K] __attribute__((aligned(64)));
     static int16_t mn[16 * K / 16];
     static float x[8][K], d[16 * K / 32], m[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
     static qrow_buf buf;
@@ -513,7 +512,7 @@ START_TEST(test_rows16_amx_bitwise)
             if (k % lm_type_block(ty))
                 continue;
             size_t rb = lm_row_bytes(ty, k);
-            rows16 r16 = {.k = k, .s8 = s8, .stride = K, .d = d, .span = lm_rows16_span(ty), .sc = sc, .m = m, .mn = mn};
+            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = K, .d = d, .span = lm_rows16_span(ty), .m = m, .mn = mn};
             for (int r = 0; r < 16; r++) {
                 random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
@@ -533,7 +532,7 @@ START_TEST(test_rows16_amx_bitwise)
             lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, 1, gmem);
             float got[256];
             int mins = lm_k_has_mins(ty);
-            lm_amx_begin(r16.span);
+            lm_amx_begin(ty);
             ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, 16, 8, scratch)
                                                  : lm_rows16_group_k_amx(&r16, &g, mins, got, 16, 8, scratch));
             lm_amx_end();
