@@ -248,6 +248,55 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
     }
 }
 
+/*
+ * Block b's sums (c, stored from its C tile) scaled into lane b % 16 of the
+ * 16 rows, held in registers: the blocks of one lane come one after another.
+ */
+AMX static INLINE void lane_scale(const rows16 *r, const tgroup *g, int64_t b, const int32_t *c,
+                                   __m512 lane[16])
+{
+    const int64_t nb = r->k / 32;
+    __m512 da = _mm512_loadu_ps(g->d + b * 16);
+#pragma GCC unroll 16 /* lane[] must stay in registers */
+    for (int m = 0; m < 16; m++) {
+        __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nb + b]), da);
+        lane[m] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), lane[m]);
+    }
+}
+
+/*
+ * The blocks in the order that keeps one lane in registers: 0, 16, 32, ...
+ * (lane 0), then 1, 17, ... .  Each lane still adds its blocks in block
+ * order, so the sums are those of the block-by-block order.  After the last
+ * block of a lane, the lane goes to acc ([16 rows][16 lanes][16 tokens])
+ * and restarts at zero.
+ */
+typedef struct lane_walk {
+    int64_t nb, b;
+    int l;
+} lane_walk;
+
+static INLINE int64_t walk_next(const lane_walk *w)
+{
+    return w->b + 16 < w->nb ? w->b + 16 : w->l + 1;
+}
+
+AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g, const int32_t *c,
+                                  __m512 lane[16], float *acc)
+{
+    lane_scale(r, g, w->b, c, lane);
+    if (w->b + 16 < w->nb) {
+        w->b += 16;
+        return;
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) {
+        _mm512_store_ps(acc + (m * 16 + w->l) * 16, lane[m]);
+        lane[m] = _mm512_setzero_ps();
+    }
+    w->b = ++w->l;
+}
+
 /* Block (or group) j of the 16 rows times that of the 16 tokens, into tile C. */
 #define TILE_BLOCK(C, A, B, r, g, j)                                   \
     do {                                                               \
@@ -257,19 +306,10 @@ AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const i
         _tile_dpbssd(C, A, B);                                         \
     } while (0)
 
-/*
- * r: 16 prepared rows.  out[ldo * t + m]: row m times token t of g, for the
- * group's first n tokens.
- * scratch: LM_AMX_SCRATCH floats, 64-byte aligned (lane sums, one tile).
- */
-AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,
-                            float *scratch)
+/* All blocks in order, each scaled into its lanes in acc. */
+AMX static void blocks_in_order(const rows16 *r, const tgroup *g, float *acc, int32_t *c)
 {
     const int64_t nb = r->k / 32;
-    float *acc = scratch;                             /* [16 rows][16 lanes][16 tokens] */
-    int32_t *c = (int32_t *)(scratch + 16 * 16 * 16); /* [16 rows][16 tokens] */
-    for (int m = 0; nb < 16 && m < 16; m++) /* lanes no block reaches */
-        memset(acc + (m * 16 + nb) * 16, 0, (size_t)(16 - nb) * 16 * sizeof *acc);
     TILE_BLOCK(0, 1, 2, r, g, 0);
     for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
         if (b + 1 < nb)
@@ -283,6 +323,51 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
             block_scale(r, g, b + 1, c, acc);
         }
     }
+}
+
+/* All blocks lane by lane (lane_walk), each lane kept in registers until its last block. */
+AMX static void blocks_by_lane(const rows16 *r, const tgroup *g, float *acc, int32_t *c)
+{
+    const int64_t nb = r->k / 32;
+    __m512 lane[16];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        lane[m] = _mm512_setzero_ps();
+    lane_walk w = {nb, 0, 0};
+    TILE_BLOCK(0, 1, 2, r, g, 0);
+    for (int64_t i = 0; i < nb; i += 2) { /* even steps in tiles 0-2, odd ones in 3-5 */
+        if (i + 1 < nb)
+            TILE_BLOCK(3, 4, 5, r, g, walk_next(&w));
+        _tile_stored(0, c, 64);
+        walk_scale(&w, r, g, c, lane, acc);
+        if (i + 1 >= nb)
+            break;
+        if (i + 2 < nb)
+            TILE_BLOCK(0, 1, 2, r, g, walk_next(&w));
+        _tile_stored(3, c, 64);
+        walk_scale(&w, r, g, c, lane, acc);
+    }
+}
+
+/*
+ * r: 16 prepared rows.  out[ldo * t + m]: row m times token t of g, for the
+ * group's first n tokens.
+ * scratch: LM_AMX_SCRATCH floats, 64-byte aligned (lane sums, one tile).
+ * Long rows keep a lane in registers over its blocks; short ones (a lane
+ * or two of blocks) spend less storing their lanes block by block.
+ */
+AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t ldo, int n,
+                            float *scratch)
+{
+    const int64_t nb = r->k / 32;
+    float *acc = scratch;                             /* [16 rows][16 lanes][16 tokens] */
+    int32_t *c = (int32_t *)(scratch + 16 * 16 * 16); /* [16 rows][16 tokens] */
+    for (int m = 0; nb < 16 && m < 16; m++) /* lanes no block reaches */
+        memset(acc + (m * 16 + nb) * 16, 0, (size_t)(16 - nb) * 16 * sizeof *acc);
+    if (nb >= LANE_WALK_BLOCKS)
+        blocks_by_lane(r, g, acc, c);
+    else
+        blocks_in_order(r, g, acc, c);
     __m512 rows[16];
     for (int m = 0; m < 16; m++) {
         __m512 lanes[16];
@@ -293,7 +378,6 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
     store_rows_by_token(rows, out, ldo, n);
     return 1;
 }
-
 
 /*
  * Per row and token, the sum over super-block b's 16 groups of min * (sum

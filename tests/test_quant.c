@@ -287,13 +287,14 @@ static const uint32_t ALL_TYPES[] = {LM_F32, LM_F16, LM_BF16, LM_Q4_0, LM_Q4_1, 
                                      LM_Q5_1, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
 enum { K = 768 }; /* three super-blocks; an odd number of 32-blocks (24) is tested below */
 
+enum { KMAX = 2048 }; /* the longest row a reference decode below takes */
 typedef struct qrow_buf {
-    float f[K], d[K / 32], m[K / 32];
-    uint8_t u[K];
-    int32_t sc4[K / 4];
-    int16_t mn[K / 16];
-    int8_t s8[K];
-    int32_t corr16[K / 16];
+    float f[KMAX], d[KMAX / 32], m[KMAX / 32];
+    uint8_t u[KMAX];
+    int32_t sc4[KMAX / 4];
+    int16_t mn[KMAX / 16];
+    int8_t s8[KMAX];
+    int32_t corr16[KMAX / 16];
     qrow r;
 } qrow_buf;
 
@@ -495,24 +496,27 @@ START_TEST(test_rows16_amx_bitwise)
     if (lm_cpu_isa() < LM_ISA_AVX512 || !lm_cpu_amx())
         return;
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
-    static uint8_t rows[16 * K * 2], act[8][K * 8], gmem[K * 32 + 4096] __attribute__((aligned(64)));
-    static int8_t s8[16 * K] __attribute__((aligned(64))), s8hi[16 * K] __attribute__((aligned(64)));
-    static int16_t mn[16 * K / 16];
-    static float x[8][K], d[16 * K / 32], m[16 * K / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
+    static uint8_t rows[16 * KMAX * 2], act[8][KMAX * 8], gmem[KMAX * 40 + 4096] __attribute__((aligned(64)));
+    static int8_t s8[16 * KMAX] __attribute__((aligned(64))), s8hi[16 * KMAX] __attribute__((aligned(64)));
+    static int16_t mn[16 * KMAX / 16];
+    static float x[8][KMAX], d[16 * KMAX / 32], m[16 * KMAX / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
     static qrow_buf buf;
     uint64_t seed = 13;
     for (int t = 0; t < 8; t++)
-        for (int i = 0; i < K; i++)
+        for (int i = 0; i < KMAX; i++)
             x[t][i] = sinf((float)(i * (t + 2)) * 0.29f) * (float)(1 + (i + t) % 5);
-    static const int widths[] = {K, K - 32, 480}; /* 24, 23 and 15 blocks: lanes wrap, or some stay 0 */
+    /* 24, 23 and 15 blocks: lanes wrap, or some stay 0; 64 and 63, past
+       LANE_WALK_BLOCKS: blocks taken lane by lane, every lane 4 or 3 deep */
+    static const int widths[] = {K, K - 32, 480, KMAX, KMAX - 32};
+    ck_assert_int_ge(KMAX / 32 - 1, LANE_WALK_BLOCKS);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (int wi = 0; wi < 3; wi++) {
+        for (int wi = 0; wi < 5; wi++) {
             uint32_t ty = types[ti];
             int k = widths[wi];
             if (k % lm_type_block(ty))
                 continue;
             size_t rb = lm_row_bytes(ty, k);
-            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = K, .d = d, .span = lm_rows16_span(ty), .m = m, .mn = mn};
+            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = KMAX, .d = d, .span = lm_rows16_span(ty), .m = m, .mn = mn};
             for (int r = 0; r < 16; r++) {
                 random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
@@ -520,7 +524,7 @@ START_TEST(test_rows16_amx_bitwise)
                 lm_rows16_put(&r16, r, &buf.r);
             }
             lm_rows16_use_s8(&r16);
-            if (ty == LM_Q8_0 && wi == 1) /* Q8_0 rows read where they lie, as matmul.c does */
+            if (ty == LM_Q8_0 && wi % 3 == 1) /* Q8_0 rows read where they lie, as matmul.c does */
                 lm_rows16_point_q8_0(&r16, rows, rb);
             act_row ar[8];
             for (int t = 0; t < 8; t++) {
