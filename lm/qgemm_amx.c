@@ -110,6 +110,18 @@ AVX512 static INLINE __m256i q4_0_s8(const uint8_t *blk)
     return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
 }
 
+/* d[b] = the f16 scale opening block b (bs bytes apart) of a row, 16 blocks a gather. */
+AVX512 static void block_scales(float *d, const uint8_t *row, int bs, int64_t nb)
+{
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(bs));
+    for (int64_t b = 0; b < nb; b += 16) {
+        __mmask16 live = (__mmask16)(nb - b >= 16 ? 0xffff : (1u << (nb - b)) - 1);
+        __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, row + b * bs, 1);
+        _mm512_mask_storeu_ps(d + b, live, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+    }
+}
+
 /*
  * Q4_0 rows go into slot m straight from the file: the codes are the
  * decoder's minus the offset, the scales the same f16 values, so the slot
@@ -121,14 +133,9 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
         return 0;
     const int64_t nb = p->k / 32;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
-    float *d = p->d + m * nb;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = row + (size_t)b * 18;
-        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), q4_0_s8(blk));
-        uint16_t h;
-        memcpy(&h, blk, 2);
-        d[b] = lm_f16_to_f32(h);
-    }
+    for (int64_t b = 0; b < nb; b++)
+        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), q4_0_s8(row + (size_t)b * 18));
+    block_scales(p->d + m * nb, row, 18, nb);
     return 1;
 }
 
@@ -140,15 +147,9 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
 AVX512 void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb)
 {
     const int64_t nb = p->k / 32;
-    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(34));
     p->a = (const int8_t *)row0 + 2, p->astride = rb, p->ablk = 34;
     for (int m = 0; m < 16; m++)
-        for (int64_t b = 0; b < nb; b += 16) {
-            __mmask16 live = (__mmask16)(nb - b >= 16 ? 0xffff : (1u << (nb - b)) - 1);
-            __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, row0 + m * rb + b * 34, 1);
-            _mm512_mask_storeu_ps(p->d + m * nb + b, live, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-        }
+        block_scales(p->d + m * nb, row0 + m * rb, 34, nb);
 }
 #else
 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
