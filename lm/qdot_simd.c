@@ -497,7 +497,8 @@ AVX512 static inline __m512i ucodes_k(uint32_t t, const uint8_t *blk, int z)
 typedef struct kblk {
     __m512i sc[4];
     float d, dmin;
-    int16_t mn[16];     /* one per 16 codes; zero when the type has no mins */
+    __m256i mn;         /* 16-bit, one per 16 codes; zero when the type has no mins (a
+                           register: two 16-byte stores read back as one stall the load) */
 } kblk;
 
 AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
@@ -511,7 +512,7 @@ AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
             kb->sc[z] = _mm512_and_si512(_mm512_permutexvar_epi32(idx, s16), _mm512_set1_epi32(0xffff));
         }
         kb->d = half(blk + 208), kb->dmin = 0.0f;
-        memset(kb->mn, 0, sizeof kb->mn);
+        kb->mn = _mm256_setzero_si256();
         return;
     }
     /* Q4_K/Q5_K: eight 6-bit scales and mins packed in 12 bytes */
@@ -532,16 +533,14 @@ AVX512 static inline void kblk_decode(uint32_t t, const uint8_t *blk, kblk *kb)
     }
     /* each min covers two groups of 16: widen to 16-bit and repeat each */
     __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(b8 + 8)));
-    _mm_storeu_si128((__m128i *)kb->mn, _mm_unpacklo_epi16(m8, m8));
-    _mm_storeu_si128((__m128i *)(kb->mn + 8), _mm_unpackhi_epi16(m8, m8));
+    kb->mn = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
     kb->d = half(blk), kb->dmin = half(blk + 2);
 }
 
 /* The min term of a token on this super-block, as lm_k_mins computes it. */
 AVX512 static inline float kblk_mins(const kblk *kb, const act_row *a, int64_t b)
 {
-    __m256i prod = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)kb->mn),
-                                     _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
+    __m256i prod = _mm256_madd_epi16(kb->mn, _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
