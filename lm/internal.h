@@ -117,8 +117,8 @@ typedef struct rows16 {
     const int8_t *a;   /* what the tiles read: block j of row m at a + m * astride + j * ablk */
     size_t astride, ablk; /* (s8 itself, or Q8_0 rows where they lie in the file) */
     float *d;          /* [16][blocks]: their block (super-block) scales */
+    int span;          /* lm_rows16_span: 32 for the block types, the codes a tile takes */
     /* K-quants only */
-    int span;          /* codes that share a scale: 16 or 32 */
     float *m;          /* [16][k/256]: min scales */
     int16_t *mn;       /* [16][k/16]: the mins of every 16 codes */
 } rows16;

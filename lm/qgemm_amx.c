@@ -11,9 +11,10 @@
  * those qgemm.c's row_groups_b32 reaches through unsigned codes and an
  * offset correction.  They go through its float steps in the same order
  * (times row scale * token scale, into lane b % 16, then the lane tree), so
- * the logits are bitwise those of every other path.  K-quants take a tile
- * multiply per group of 16 or 32 codes that share a scale; the group's sums
- * are scaled in integers and summed per super-block, as qgemm.c does.
+ * the logits are bitwise those of every other path.  Q8_0 rows are read
+ * where they lie in the mapped file.  K-quant rows go in as each code times
+ * its group's scale, split into two signed bytes (v = 128 hi + lo), so the
+ * tiles sum a whole super-block exactly; its float steps are qgemm.c's.
  */
 #include "internal.h"
 #include "simd.h"
