@@ -4,7 +4,8 @@
  * llama.cpp does, see qdot.c); then rows of the weight matrix are split
  * across OpenMP threads and go through the kernel that suits the batch:
  *   one token     16 short rows at a time, or one row at a time, straight
- *                 from the mapped weights (qdot_simd.c);
+ *                 from the mapped weights (qdot_simd.c); Q4_0 rows front to
+ *                 back with byte permutes where the CPU has VBMI (qrow_vbmi.c);
  *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c);
  *   a batch       16 rows at a time, each decoded once, against groups of
  *                 16 tokens (qgemm.c), so a prompt reads each weight once
