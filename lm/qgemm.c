@@ -112,11 +112,6 @@ AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int6
     return m;
 }
 
-AVX512 __m512i lm_tgroup_mins(const int16_t *mn, const tgroup *g, int64_t b)
-{
-    return group_mins(mn, g, b);
-}
-
 /*
  * One prepared row against ng groups (ng tokens x 16): each weight word is
  * broadcast once for all of them, and their sums are independent chains,

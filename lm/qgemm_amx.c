@@ -383,7 +383,7 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
 
 /*
  * Per row and token, the sum over super-block b's 16 groups of min * (sum
- * of 16 codes): qgemm.c's lm_tgroup_mins for the 16 rows at once, each
+ * of 16 codes): qgemm.c's group_mins for the 16 rows at once, each
  * pair of groups' token sums loaded once for all rows.  Integer sums, so
  * the order of the terms does not change them.
  */

@@ -16,9 +16,6 @@
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define INLINE __attribute__((always_inline)) inline
 
-/* Per token of g, the sum over super-block b of mn[16-group] * (its sum of codes) (qgemm.c). */
-AVX512 __m512i lm_tgroup_mins(const int16_t *mn, const tgroup *g, int64_t b);
-
 AVX512 static INLINE float hsum16_avx512(__m512 acc)
 {
     /* the same tree as lm_hsum16: halves, quarters, then (0+2) + (1+3) */
