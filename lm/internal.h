@@ -117,7 +117,6 @@ typedef struct rows16 {
     const int8_t *a;   /* what the tiles read: block j of row m at a + m * astride + j * ablk */
     size_t astride, ablk; /* (s8 itself, or Q8_0 rows where they lie in the file) */
     float *d;          /* [16][blocks]: their block (super-block) scales */
-    int span;          /* lm_rows16_span: 32 for the block types, the codes a tile takes */
     /* K-quants only */
     float *m;          /* [16][k/256]: min scales */
     int16_t *mn;       /* [16][k/16]: the mins of every 16 codes */
@@ -128,9 +127,8 @@ typedef struct rows16 {
 #define LANE_WALK_BLOCKS 48
 #define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
 int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
-int lm_rows16_span(uint32_t type);               /* codes that share a scale: 16 or 32 */
 int lm_k_has_mins(uint32_t type);
-/* Copies a decoded row into slot m; p->k and p->span set. */
+/* Copies a decoded row into slot m; p->k set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0; 0: not here */
 void lm_rows16_use_s8(rows16 *p);                /* the tiles read the rows put into s8 */

@@ -182,7 +182,6 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     const int has_mins = lm_k_has_mins(w->type);
     const size_t rb = lm_row_bytes(w->type, w->ne[0]);
     p->k = w->ne[0];
-    p->span = lm_rows16_span(w->type);
     lm_rows16_use_s8(p);
     lm_amx_begin(w->type);
 #pragma omp for schedule(static) nowait

@@ -208,7 +208,7 @@ AVX512 static INLINE void row_groups_ng(const qrow *r, const tgroup *const *g, i
 {
     if (lm_act_type(r->type) == LM_Q8_0)
         row_groups_b32(r, g, ng, out);
-    else if (lm_rows16_span(r->type) == 32) /* (constant spans: the loops unroll) */
+    else if (r->type == LM_Q4_K || r->type == LM_Q5_K) /* a scale per 32 codes (constant spans: the loops unroll) */
         row_groups(r, g, ng, 32, lm_k_has_mins(r->type), out);
     else
         row_groups(r, g, ng, 16, lm_k_has_mins(r->type), out);

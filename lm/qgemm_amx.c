@@ -73,14 +73,6 @@ static void scaled_codes(int8_t *lo, int8_t *hi, const qrow *r, int64_t k)
 }
 #endif
 
-/* Codes that share a scale: a block (32), or a K-quant group (qgemm.c's row_groups). */
-int lm_rows16_span(uint32_t type)
-{
-    if (lm_act_type(type) == LM_Q8_0 || type == LM_Q4_K || type == LM_Q5_K)
-        return 32;
-    return 16;
-}
-
 /* K-quants whose groups also have mins (subtracted as min * sum of codes). */
 int lm_k_has_mins(uint32_t type)
 {
@@ -167,7 +159,7 @@ void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb)
 
 void lm_rows16_use_s8(rows16 *p)
 {
-    p->a = p->s8, p->astride = p->stride, p->ablk = (size_t)p->span;
+    p->a = p->s8, p->astride = p->stride, p->ablk = 32;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -299,12 +291,12 @@ AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g
     w->b = ++w->l;
 }
 
-/* Block (or group) j of the 16 rows times that of the 16 tokens, into tile C. */
+/* Block j (32 codes) of the 16 rows times that of the 16 tokens, into tile C. */
 #define TILE_BLOCK(C, A, B, r, g, j)                                   \
     do {                                                               \
         _tile_zero(C);                                                 \
         _tile_loadd(A, (r)->a + (j) * (r)->ablk, (long)(r)->astride);  \
-        _tile_loadd(B, (g)->s8 + (j) * (r)->span * 16, 64);            \
+        _tile_loadd(B, (g)->s8 + (j) * 32 * 16, 64);                   \
         _tile_dpbssd(C, A, B);                                         \
     } while (0)
 

@@ -516,7 +516,7 @@ START_TEST(test_rows16_amx_bitwise)
             if (k % lm_type_block(ty))
                 continue;
             size_t rb = lm_row_bytes(ty, k);
-            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = KMAX, .d = d, .span = lm_rows16_span(ty), .m = m, .mn = mn};
+            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = KMAX, .d = d, .m = m, .mn = mn};
             for (int r = 0; r < 16; r++) {
                 random_row(ty, rows + r * rb, rb, &seed);
                 qrow_init(&buf);
