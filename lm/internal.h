@@ -96,7 +96,7 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 /* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */
 typedef struct tgroup {
     uint8_t *q;        /* [k/4][16 tokens][4 codes], each code + 128 (VNNI) */
-    int8_t *s8;        /* or the same codes as they are (AMX) */
+    int8_t *s8;        /* or the same codes as they are (AMX), in the same bytes */
     float *d;          /* [blocks][16]: block scales */
     int16_t *sum16;    /* [k/32][16][2]: the sums of each two groups of 16 codes */
 } tgroup;

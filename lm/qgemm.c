@@ -25,14 +25,14 @@
 size_t lm_tgroup_bytes(int64_t k)
 {
     size_t codes = (size_t)k * TG, d = (size_t)(k / 32) * TG * 4, s16 = (size_t)(k / 32) * TG * 4;
-    return (2 * codes + d + s16 + 4 * 64) / 64 * 64;
+    return (codes + d + s16 + 3 * 64) / 64 * 64;
 }
 
+/* q and s8 share their bytes: a group is built in the one form its kernel reads. */
 static void tgroup_layout(tgroup *g, int64_t k, void *base)
 {
     uint8_t *p = base;
     g->q = p;
-    p += (size_t)k * TG;
     g->s8 = (int8_t *)p;
     p += (size_t)k * TG;
     g->d = (float *)p;
