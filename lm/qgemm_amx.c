@@ -224,25 +224,6 @@ AMX void lm_amx_begin(uint32_t type)
 }
 
 /*
- * Block b's sums (c, stored from its C tile) scaled into the rows' lanes
- * b % 16.  The first 16 blocks find their lanes at zero: they add to a
- * zero register instead of loading one (the same fma, so the same bits).
- */
-AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const int32_t *c,
-                            float *acc)
-{
-    const int64_t nb = r->k / 32;
-    __m512 da = _mm512_loadu_ps(g->d + b * 16);
-    for (int m = 0; m < 16; m++) {
-        __m512i v = _mm512_load_si512(c + 16 * m);
-        __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nb + b]), da);
-        float *a = acc + (m * 16 + b % 16) * 16;
-        __m512 prev = b < 16 ? _mm512_setzero_ps() : _mm512_load_ps(a);
-        _mm512_store_ps(a, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), prev));
-    }
-}
-
-/*
  * Block b's sums (c, stored from its C tile) scaled into lane b % 16 of the
  * 16 rows, held in registers: the blocks of one lane come one after another.
  */
@@ -256,6 +237,25 @@ AMX static INLINE void lane_scale(const rows16 *r, const tgroup *g, int64_t b, c
         __m512 dd = _mm512_mul_ps(_mm512_set1_ps(r->d[m * nb + b]), da);
         lane[m] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), lane[m]);
     }
+}
+
+/*
+ * Block b's sums scaled into the rows' lanes b % 16 kept in acc.  The first
+ * 16 blocks find their lanes at zero: they start from a zero register
+ * instead of a load (the same fma, so the same bits).
+ */
+AMX static void block_scale(const rows16 *r, const tgroup *g, int64_t b, const int32_t *c,
+                            float *acc)
+{
+    float *a = acc + (b % 16) * 16;
+    __m512 lane[16];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        lane[m] = b < 16 ? _mm512_setzero_ps() : _mm512_load_ps(a + m * 256);
+    lane_scale(r, g, b, c, lane);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        _mm512_store_ps(a + m * 256, lane[m]);
 }
 
 /*
