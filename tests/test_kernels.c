@@ -1,0 +1,444 @@
+/*
+ * tests/test_kernels.c - the fast paths against the scalar reference, bit
+ * for bit: activation rounding, the one-token, 16-row, VBMI and AMX
+ * kernels, matmul end to end, exp and SiLU, and attention.  Each test skips
+ * what this CPU lacks.
+ */
+#include "util.h"
+#include "qrows.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Quantized rows against 16-token groups (qgemm.c): group A holds tokens 0-7,
+ * group B tokens 3-7, the rest is padding; one, two and four groups a call.
+ */
+static void check_token_groups(qrow *r, const act_row *ar, const float *want)
+{
+    static uint8_t mem[2][K * 32 + 4096] __attribute__((aligned(64)));
+    ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
+    tgroup ga, gb;
+    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, 0, mem[0]);
+    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, 0, mem[1]);
+    ck_assert(lm_trow_prepare_avx512(r));
+    const tgroup *gs[4] = {&ga, &gb, &ga, &gb};
+    for (int ng = 1; ng <= 4; ng *= 2) {
+        float got[64];
+        ck_assert(lm_trow_groups_avx512(r, gs, ng, got));
+        for (int j = 0; j < ng; j++)
+            for (int t = 0; t < 16; t++) {
+                int tok = (j % 2 ? 3 : 0) + t, n = j % 2 ? 5 : 8;
+                float w = t < n ? want[tok] : 0.0f; /* absent tokens are zero, whatever the row */
+                ck_assert_msg(!memcmp(&got[16 * j + t], &w, 4), "%s k=%d ng=%d group %d lane %d: %a vs scalar %a",
+                              lm_type_name(r->type), (int)r->k, ng, j, t, got[16 * j + t], w);
+            }
+    }
+}
+
+/*
+ * The AVX-512 rounding of activations (qact_simd.c) writes the scalar one's
+ * bytes: ties, NaN, infinities, an all-zero block, +max and -max both.
+ */
+START_TEST(test_quantize_act_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
+    static float x[K];
+    static uint8_t want[K * 8] __attribute__((aligned(64))), got[K * 8] __attribute__((aligned(64))); /* same layout */
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
+    for (int i = 256; i < 288; i++) /* an all-zero block and super-block start */
+        x[i] = 0.0f;
+    x[300] = 0.5f * 127.0f / 8.0f, x[301] = -8.0f, x[302] = 8.0f; /* a tie and both signs of max */
+    x[400] = __builtin_nanf(""), x[520] = __builtin_inff(), x[700] = -__builtin_inff();
+    for (int ti = 0; ti < 7; ti++)
+        for (int k = K; k >= K - 32; k -= 32) {
+            uint32_t ty = types[ti];
+            if (k % lm_type_block(ty))
+                continue;
+            size_t n = lm_act_row_bytes(lm_act_type(ty), k);
+            memset(want, 0, n), memset(got, 0, n);
+            lm_quantize_act(ty, x, want, k);
+            ck_assert(lm_quantize_act_avx512(ty, x, got, k));
+            for (size_t i = 0; i < n; i++)
+                ck_assert_msg(want[i] == got[i], "%s k=%d: byte %zu is %u, scalar %u", lm_type_name(ty), k, i,
+                              got[i], want[i]);
+        }
+}
+END_TEST
+
+/* One token through 16 rows at once (qdot_simd.c), against the scalar dot of each row. */
+START_TEST(test_rows16_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
+    static uint8_t rows[16 * K * 2], act[K * 8];
+    static float x[K];
+    static qrow_buf ref;
+    uint64_t seed = 11;
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 0.37f) * (float)(1 + i % 5);
+    for (int ti = 0; ti < 3; ti++)
+        for (int k = K; k >= K - 32; k -= 32) { /* 24 and 23 blocks: accumulators wrap past 16 */
+            uint32_t ty = types[ti];
+            size_t rb = lm_row_bytes(ty, k);
+            for (int r = 0; r < 16; r++)
+                random_row(ty, rows + r * rb, rb, &seed);
+            act_row ar;
+            lm_quantize_act(ty, x, act, k);
+            lm_act_layout(lm_act_type(ty), k, &ar, act);
+            float got[16];
+            ck_assert(lm_rows16_type(ty) && lm_rows16_avx512(ty, rows, rb, k, &ar, got));
+            for (int r = 0; r < 16; r++) {
+                qrow_init(&ref);
+                lm_qrow_decode_scalar(&ref.r, ty, rows + r * rb, k);
+                float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
+                ck_assert_msg(!memcmp(&got[r], &want, 4), "%s k=%d row %d: %a vs scalar %a", lm_type_name(ty), k, r,
+                              got[r], want);
+            }
+        }
+}
+END_TEST
+
+/*
+ * One token through a Q4_0 row read in 4-block windows (qrow_vbmi.c),
+ * against the scalar dot, for every row length from 1 to K / 32 = 24 blocks:
+ * tails of every length after no full 16-block step, then after one, and
+ * windows cut after 1, 2 or 3 blocks.  Each row ends its allocation, so a
+ * read past it shows under the sanitizers.
+ */
+START_TEST(test_row_q4_0_vbmi_bitwise)
+{
+    if (!lm_cpu_vbmi())
+        return;
+    static uint8_t act[K * 8];
+    static float x[K];
+    static qrow_buf ref;
+    uint64_t seed = 23;
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 0.29f) * (float)(1 + i % 3);
+    for (int nb = 1; nb <= K / 32; nb++) {
+        int k = 32 * nb;
+        size_t rb = lm_row_bytes(LM_Q4_0, k);
+        uint8_t *row = malloc(rb);
+        ck_assert(row != NULL);
+        random_row(LM_Q4_0, row, rb, &seed);
+        act_row ar;
+        lm_quantize_act(LM_Q4_0, x, act, k);
+        lm_act_layout(LM_Q8_0, k, &ar, act);
+        lm_act_windows(&ar);
+        float got = lm_row_q4_0_vbmi(row, k, &ar);
+        qrow_init(&ref);
+        lm_qrow_decode_scalar(&ref.r, LM_Q4_0, row, k);
+        float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
+        ck_assert_msg(!memcmp(&got, &want, 4), "%d blocks: %a vs scalar %a", nb, got, want);
+        free(row);
+    }
+}
+END_TEST
+
+/*
+ * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
+ * the scalar dot of each row and token, for every type the tiles take; rows
+ * are all different, so a row read at the wrong stride or a lane mixed up
+ * shows.
+ */
+START_TEST(test_rows16_amx_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512 || !lm_cpu_amx())
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static uint8_t rows[16 * KMAX * 2], act[8][KMAX * 8], gmem[KMAX * 40 + 4096] __attribute__((aligned(64)));
+    static int8_t s8[16 * KMAX] __attribute__((aligned(64))), s8hi[16 * KMAX] __attribute__((aligned(64)));
+    static int16_t mn[16 * KMAX / 16];
+    static float x[8][KMAX], d[16 * KMAX / 32], m[16 * KMAX / 32], scratch[LM_AMX_SCRATCH] __attribute__((aligned(64)));
+    static qrow_buf buf;
+    uint64_t seed = 13;
+    for (int t = 0; t < 8; t++)
+        for (int i = 0; i < KMAX; i++)
+            x[t][i] = sinf((float)(i * (t + 2)) * 0.29f) * (float)(1 + (i + t) % 5);
+    /* 24, 23 and 15 blocks: lanes wrap, or some stay 0; 64 and 63, past
+       LANE_WALK_BLOCKS: blocks taken lane by lane, every lane 4 or 3 deep */
+    static const int widths[] = {K, K - 32, 480, KMAX, KMAX - 32};
+    ck_assert_int_ge(KMAX / 32 - 1, LANE_WALK_BLOCKS);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int wi = 0; wi < 5; wi++) {
+            uint32_t ty = types[ti];
+            int k = widths[wi];
+            if (k % lm_type_block(ty))
+                continue;
+            size_t rb = lm_row_bytes(ty, k);
+            rows16 r16 = {.k = k, .s8 = s8, .s8hi = s8hi, .stride = KMAX, .d = d, .m = m, .mn = mn};
+            for (int r = 0; r < 16; r++) {
+                random_row(ty, rows + r * rb, rb, &seed);
+                qrow_init(&buf);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
+                lm_rows16_put(&r16, r, &buf.r);
+            }
+            lm_rows16_use_s8(&r16);
+            if (ty == LM_Q8_0 && wi % 3 == 1) /* Q8_0 rows read where they lie, as matmul.c does */
+                lm_rows16_point_q8_0(&r16, rows, rb);
+            act_row ar[8];
+            for (int t = 0; t < 8; t++) {
+                lm_quantize_act(ty, x[t], act[t], k);
+                lm_act_layout(lm_act_type(ty), k, &ar[t], act[t]);
+            }
+            tgroup g;
+            ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
+            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, 1, gmem);
+            float got[256];
+            int mins = lm_k_has_mins(ty);
+            lm_amx_begin(ty);
+            ck_assert(lm_act_type(ty) == LM_Q8_0 ? lm_rows16_group_amx(&r16, &g, got, 16, 8, scratch)
+                                                 : lm_rows16_group_k_amx(&r16, &g, mins, got, 16, 8, scratch));
+            lm_amx_end();
+            for (int r = 0; r < 16; r++) {
+                qrow_init(&buf);
+                lm_qrow_decode_scalar(&buf.r, ty, rows + r * rb, k);
+                for (int t = 0; t < 8; t++) {
+                    float want = lm_qrow_dot(&buf.r, &ar[t], LM_ISA_SCALAR);
+                    ck_assert_msg(!memcmp(&got[16 * t + r], &want, 4), "%s k=%d row %d token %d: %a vs scalar %a",
+                                  lm_type_name(ty), k, r, t, got[16 * t + r], want);
+                }
+            }
+        }
+}
+END_TEST
+
+/*
+ * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
+ * (16-row tiles, then the rows left over) and for one token, a few and a
+ * batch (every kernel family), against the scalar dot of each row and token.
+ */
+START_TEST(test_matmul_paths_bitwise)
+{
+    enum { ROWS = 37, NT = 40 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q8_0, LM_Q4_K, LM_Q6_K};
+    static const int counts[] = {1, 5, NT};
+    static uint8_t wmem[ROWS * K * 2], act[K * 8];
+    static float x[NT * K], out[NT * ROWS];
+    static qrow_buf buf;
+    uint64_t seed = 17;
+    for (int i = 0; i < NT * K; i++)
+        x[i] = cosf((float)i * 0.013f) * (float)(1 + i % 7);
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    const size_t ntypes = sizeof types / sizeof types[0];
+    for (size_t ti = 0; ti < 2 * ntypes; ti++) {
+        uint32_t ty = types[ti % ntypes];
+        s.amx = s.amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        size_t rb = lm_row_bytes(ty, K);
+        for (int r = 0; r < ROWS; r++)
+            random_row(ty, wmem + r * rb, rb, &seed);
+        lm_tensor w = {"w", ty, {K, ROWS}, wmem};
+        for (int c = 0; c < 3; c++) {
+            int n = counts[c];
+            lm_matmul(out, &w, x, n, &s);
+            for (int t = 0; t < n; t++) {
+                act_row ar;
+                lm_quantize_act(ty, x + t * K, act, K);
+                lm_act_layout(lm_act_type(ty), K, &ar, act);
+                for (int r = 0; r < ROWS; r++) {
+                    qrow_init(&buf);
+                    lm_qrow_decode_scalar(&buf.r, ty, wmem + r * rb, K);
+                    float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
+                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "%s %d tokens: row %d token %d: %a vs %a",
+                                  lm_type_name(ty), n, r, t, out[t * ROWS + r], want);
+                }
+            }
+        }
+    }
+    mm_scratch_free(&s);
+}
+END_TEST
+
+START_TEST(test_fast_paths_bitwise)
+{
+    int isa = lm_cpu_isa();
+    if (isa == LM_ISA_SCALAR)
+        return;
+    uint64_t seed = 7;
+    static float x[8][K];
+    static uint8_t row[K * 4], act[8][K * 8];
+    static qrow_buf ref, fast;
+    for (int t = 0; t < 8; t++)
+        for (int i = 0; i < K; i++)
+            x[t][i] = cosf((float)(i * (t + 1)) * 0.11f) * (1.0f + (float)((i + t) % 7));
+    for (size_t ti = 0; ti < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; ti++) {
+        uint32_t ty = ALL_TYPES[ti];
+        int at = lm_act_type(ty);
+        for (int k = K; k >= K - 32; k -= 32) {
+            if (k % lm_type_block(ty))
+                continue;
+            test_row(ty, row, &seed);
+            qrow_init(&ref);
+            qrow_init(&fast);
+            lm_qrow_decode_scalar(&ref.r, ty, row, k);
+            lm_qrow_decode(&fast.r, ty, row, k, isa);
+            ck_assert_msg(!memcmp(ref.u, fast.u, (size_t)k) && !memcmp(ref.sc4, fast.sc4, sizeof ref.sc4) &&
+                          !memcmp(ref.d, fast.d, sizeof ref.d), "%s k=%d: decoders differ", lm_type_name(ty), k);
+            act_row ar[8];
+            float want[8], got[8];
+            for (int t = 0; t < 8; t++) {
+                lm_quantize_act(ty, x[t], act[t], k);
+                lm_act_layout(at, k, &ar[t], act[t]);
+                want[t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
+                float f = lm_qrow_dot(&fast.r, &ar[t], isa);
+                ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d: dot %a vs scalar %a", lm_type_name(ty), k, f, want[t]);
+            }
+            for (int n = 1; n <= 8 && isa >= LM_ISA_AVX512; n += 3) /* one token, and groups */
+                if (lm_fused_row_avx512(ty, row, k, ar, n, got, &fast.r))
+                    for (int t = 0; t < n; t++)
+                        ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d n=%d token %d: fused %a vs scalar %a",
+                                      lm_type_name(ty), k, n, t, got[t], want[t]);
+            if ((at == LM_Q8_K || at == LM_Q8_0) && isa >= LM_ISA_AVX512)
+                check_token_groups(&fast.r, ar, want);
+        }
+    }
+    float f1[K], f2[K];
+    for (int i = 0; i < K; i++)
+        f1[i] = x[0][i], f2[i] = x[1][i];
+    for (int n = 1; n <= 70; n += 23) {
+        float a1 = lm_dot_f(f1, f2, n, isa), a2 = lm_dot_f_scalar(f1, f2, n);
+        ck_assert_msg(!memcmp(&a1, &a2, 4), "float dot n=%d", n);
+    }
+}
+END_TEST
+
+/* Our exp is within 2 ulp of the true value, and exact at the edges softmax meets. */
+START_TEST(test_expf)
+{
+    for (int i = 0; i <= 400000; i++) {
+        float x = -90.0f + (float)i * (180.0f / 400000);
+        float got = lm_expf(x);
+        double want = exp((double)x);
+        if (x < -87.33f) {
+            ck_assert_msg(got == 0.0f, "exp(%a) = %a, want 0", x, got);
+            continue;
+        }
+        if (x > 88.37f) {
+            ck_assert_msg(isinf(got), "exp(%a) = %a, want inf", x, got);
+            continue;
+        }
+        double ulp = want < 0x1p-126 ? 0x1p-149 : want * 0x1p-23;
+        ck_assert_msg(fabs(got - want) <= 2 * ulp, "exp(%a) = %a, want %a", x, got, want);
+    }
+    ck_assert(lm_expf(0.0f) == 1.0f);
+    ck_assert(lm_expf(-INFINITY) == 0.0f);
+    ck_assert(isnan(lm_expf(NAN)));
+}
+END_TEST
+
+/*
+ * The gated FFN's SiLU(g) * up: within 4 ulp of the exact value (values
+ * under 2^-100 may flush to zero, as past -88.4 where e^-g is taken as
+ * infinite), and the vector path gives the scalar bytes, tail included.
+ */
+START_TEST(test_silu_mul)
+{
+    enum { N = 4099 };
+    static float g[N], up[N], ref[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = -100.0f + (float)i * (200.0f / N) + (i % 3) * 0.01f;
+        up[i] = 1.0f + (float)(i % 11) * 0.25f;
+    }
+    g[7] = 0.0f, g[8] = -0.0f, g[9] = 88.5f, g[10] = -88.5f;
+    for (int i = 0; i < N; i++) {
+        ref[i] = lm_silu(g[i]) * up[i];
+        double x = g[i], want = x / (1.0 + exp(-x)) * up[i];
+        ck_assert_msg(fabs(ref[i] - want) <= 4 * fabs(want) * 0x1p-23 + 0x1p-100, "silu(%a) * %a = %a, want %a",
+                      g[i], up[i], ref[i], want);
+    }
+    lm_silu_mul(g, up, N, lm_cpu_isa());
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(!memcmp(&g[i], &ref[i], 4), "element %d: %a vs scalar %a", i, g[i], ref[i]);
+}
+END_TEST
+
+/* Portable attention of one head, step for step as lm_attend_head without the fast path. */
+static void attend_ref(const float *q, const float *k, const float *v, int lo, int pos, int hd,
+                       float scale, float cap, float *scores, float *out)
+{
+    float mx = -INFINITY;
+    for (int j = lo; j <= pos; j++) {
+        float s = lm_dot_f_scalar(q, k + (size_t)j * hd, hd) * scale;
+        if (cap > 0)
+            s = cap * tanhf(s / cap);
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    float inv = lm_softmax_exp(scores, lo, pos, mx);
+    float odd[256] = {0};
+    for (int i = 0; i < hd; i++)
+        out[i] = 0.0f;
+    for (int j = lo; j <= pos; j++) {
+        float *acc = (j - lo) % 2 ? odd : out;
+        for (int i = 0; i < hd; i++)
+            acc[i] = fmaf(scores[j] * inv, v[(size_t)j * hd + i], acc[i]);
+    }
+    for (int i = 0; i < hd; i++)
+        out[i] += odd[i];
+}
+
+/*
+ * The AVX-512 attention (groups of queries over blocks of keys, 16 keys a
+ * step, vector exp) gives every query the portable bytes, whatever the
+ * other queries of its group: positions and windows differ within a group,
+ * pairs share value loads, and rows span several key blocks.
+ */
+START_TEST(test_attention_fast_bitwise)
+{
+    enum { N = 150, HD = 256, NQ = LM_ATT_QMAX };
+    static const int dims[] = {64, 96, 128, 256}; /* the unrolled sizes, and one that is not */
+    static float k[N * HD], v[N * HD], q[NQ * HD], s1[N], s2[NQ * N], o1[HD], o2[NQ * HD];
+    static float acc[NQ * LM_ATT_ACC];
+    static uint16_t k16[N * HD], v16[N * HD];
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    for (int i = 0; i < N * HD; i++) {
+        k16[i] = lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f), k[i] = lm_f16_to_f32(k16[i]);
+        v16[i] = lm_f32_to_f16(cosf((float)i * 0.21f)), v[i] = lm_f16_to_f32(v16[i]);
+    }
+    for (int i = 0; i < NQ * HD; i++)
+        q[i] = sinf((float)i * 1.3f);
+    static const int counts[] = {1, 6, NQ}; /* queries in a group */
+    for (int c = 0; c < 4 * 2 * 3 * 3; c++) {
+        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 3], start = 53 * (c / 24);
+        float cap = start % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
+        lm_attq qs[NQ];
+        for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
+            int pos = (start + 13 * a) % N, lo = (a / 2) % 3 == 2 ? pos / 3 : 0;
+            qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
+        }
+        ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)k16 : k, (size_t)hd,
+                                         f16 ? (void *)v16 : v, (size_t)hd, hd, hd, sc, cap, s2,
+                                         N, acc, f16));
+        for (int a = 0; a < n; a++) {
+            attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
+            ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
+                          "hd %d f16 %d query %d of %d (lo %d pos %d)", hd, f16, a, n, qs[a].lo,
+                          qs[a].pos);
+        }
+    }
+}
+END_TEST
+
+TCase *tcase_kernels(void)
+{
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
+    tcase_add_test(tc, test_fast_paths_bitwise);
+    tcase_add_test(tc, test_rows16_bitwise);
+    tcase_add_test(tc, test_rows16_amx_bitwise);
+    tcase_add_test(tc, test_row_q4_0_vbmi_bitwise);
+    tcase_add_test(tc, test_matmul_paths_bitwise);
+    tcase_add_test(tc, test_quantize_act_bitwise);
+    tcase_add_test(tc, test_expf);
+    tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_attention_fast_bitwise);
+    return tc;
+}
