@@ -49,10 +49,10 @@ int lm_cpu_vbmi(void)
     return (c >> 1) & 1; /* the VNNI bit (c >> 11) is part of LM_ISA_AVX512 */
 }
 
-/* Byte i of a mask with the first n (0..64) set. */
+/* A mask of the first n (1..63) bytes. */
 static inline __mmask64 first_bytes(int64_t n)
 {
-    return n >= 64 ? ~0ull : n <= 0 ? 0 : ~0ull >> (64 - n);
+    return ~0ull >> (64 - n);
 }
 
 /*
@@ -80,9 +80,9 @@ VBMI static INLINE __m512i window_sums(const uint8_t *row, const act_row *a, int
     if (live == 4) {
         lo_bytes = _mm512_loadu_si512(w);
         hi_bytes = _mm512_loadu_si512(w + 8);
-    } else { /* the row's last blocks: nothing past them is read */
+    } else { /* the row's last 1-3 blocks, all in the first load: nothing past them is read */
         lo_bytes = _mm512_maskz_loadu_epi8(first_bytes(18 * live), w);
-        hi_bytes = _mm512_maskz_loadu_epi8(first_bytes(18 * live - 8), w + 8);
+        hi_bytes = _mm512_setzero_si512();
     }
     __m512i x = _mm512_permutex2var_epi8(lo_bytes, nib, hi_bytes);
     *sc = _mm512_mask_permutexvar_epi8(*sc, (__mmask64)0xff << (8 * (j % 4)), scale, lo_bytes);
