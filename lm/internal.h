@@ -81,6 +81,10 @@ int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
 float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a);
 
+/* qrow_k.c: 1..LM_ROW_K_TOKENS tokens through a Q4_K, Q5_K or Q6_K row (AVX-512 VNNI) */
+#define LM_ROW_K_TOKENS 8
+void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out);
+
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
 /* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */
 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, float *out);
