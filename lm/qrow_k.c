@@ -1,22 +1,21 @@
 /*
- * lm/qrow_k.c - one token through a Q4_K, Q5_K or Q6_K row: the kernel
- * that decides how fast a K-quant model generates.
+ * lm/qrow_k.c - one to eight tokens through a Q4_K, Q5_K or Q6_K row: the
+ * kernel that decides how fast a K-quant model generates.
  *
  * Generating a token reads every weight once, so a row must be finished
  * faster than memory delivers it.  On CPUs whose 512-bit work goes to two
  * ports only, the old kernel was bound by those ports at about 10 GB/s a
  * core: some 70 vector operations a super-block, for codes built 64 at a
  * time from 256-bit pieces, scales unpacked in scalar registers, and two
- * horizontal sums.  Here one 64-byte load gives 128 codes (both nibbles
- * of Q4_K/Q5_K; an in-order half of Q6_K), byte shuffles unpack the six-bit
- * scales and mins, and the super-block's code sum and min sum share one
- * reduction tree.  Integer sums are exact, so their order is free; the
- * float steps are lm_dot_k_scalar's, so the result is bitwise the same.
+ * horizontal sums each.  Here one 64-byte load gives 128 codes (both
+ * nibbles of Q4_K/Q5_K; an in-order half of Q6_K); super-blocks go in
+ * fours, whose scales and mins are unpacked together by byte shuffles and
+ * whose code sums and min sums all meet in one reduction tree.  Integer
+ * sums are exact, so their order is free; the float steps are
+ * lm_dot_k_scalar's, block by block, so the result is bitwise the same.
  */
 #include "internal.h"
 #include "simd.h"
-
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -59,59 +58,82 @@ AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, __m5
     c[1] = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), hi);
 }
 
-/* A super-block's scales as 16-bit words, and its f16 factors. */
-typedef struct kscales {
-    __m512i sc[4];   /* chunk z (codes 64z..): lane j's scale in its low word, high word 0 */
-    __m256i mn;      /* the min of every 16 codes (Q4_K/Q5_K) */
-    float d, dmin;
-} kscales;
-
 /*
  * Q4_K/Q5_K pack eight six-bit scales and mins in 12 bytes (q below, bytes
  * 4..15 of the block): scale j < 4 is q[j] & 63, min j < 4 is q[j+4] & 63;
  * for j >= 4 the low four bits come from q[j+4] (scale: low nibble, min:
  * high) and the top two from bits 6-7 of q[j-4] (scale) or q[j] (min).
+ * x holds a block's first 16 bytes in each 128-bit lane; the result, its
+ * scales in bytes 0-7 and mins in 8-15.
  */
-AVX512 static INLINE __m128i six_bit_scales(__m128i x)
+AVX512 static INLINE __m512i six_bit_scales(__m512i x)
 {
-    const __m128i lo_src = _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m128i hi_src = _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11);
-    const __m128i keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
-    __m128i lo = _mm_shuffle_epi8(x, lo_src), hi = _mm_shuffle_epi8(x, hi_src);
-    lo = _mm_and_si128(_mm_mask_blend_epi8(0xf000, lo, _mm_srli_epi16(lo, 4)), keep);
-    return _mm_ternarylogic_epi32(lo, _mm_srli_epi16(hi, 2), _mm_set1_epi8(0x30), 0xf8);
+    const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    __m512i lo = _mm512_shuffle_epi8(x, lo_src), hi = _mm512_shuffle_epi8(x, hi_src);
+    lo = _mm512_and_si512(_mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4)), keep);
+    return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
 }
 
-AVX512 static INLINE void decode_scales(uint32_t t, const uint8_t *blk, kscales *ks)
+/* 16 bytes at offset off of each of the m (1..4) blocks, one per 128-bit lane; zeros past them. */
+AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
 {
-    __m256i s16;
-    if (t == LM_Q6_K) { /* 16 signed scales, one per 16 codes: lane j of chunk z has 4z + j/4 */
-        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
-        _Pragma("GCC unroll 4")
-        for (int z = 0; z < 4; z++) {
-            __m512i idx = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2,
-                                           4 * z + 2, 4 * z + 2, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1,
-                                           4 * z, 4 * z, 4 * z, 4 * z);
-            ks->sc[z] = _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
-        }
-        ks->mn = _mm256_setzero_si256();
-        uint16_t h;
-        memcpy(&h, blk + 208, 2);
-        ks->d = _cvtsh_ss(h), ks->dmin = 0.0f;
+    __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(blk + off)));
+    if (m > 1)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1);
+    if (m > 2)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 2 * bs + off)), 2);
+    if (m > 3)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 3 * bs + off)), 3);
+    return x;
+}
+
+/* Four super-blocks' scales, unpacked together. */
+typedef struct kquad {
+    __m512i s16[2]; /* blocks 2h, 2h+1 in words 0-15, 16-31: scales 0-7 and mins 8-15 (Q6_K: 16 scales) */
+    __m256 dd;      /* d and dmin of each block in turn (Q6_K: d and 0) */
+} kquad;
+
+AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs, int m, kquad *q)
+{
+    if (t == LM_Q6_K) {
+        __m512i x = quad_bytes(blk, bs, 192, m);
+        q->s16[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x));
+        q->s16[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1));
+        /* d: the high half of the dword ending the block; its low half becomes dmin's 0 */
+        const __m128i at = _mm_setr_epi32(0, (int)bs, 2 * (int)bs, 3 * (int)bs);
+        __m128i d = _mm_mmask_i32gather_epi32(_mm_setzero_si128(), (__mmask8)((1u << m) - 1), at, blk + 206, 1);
+        q->dd = _mm256_cvtph_ps(_mm_srli_epi32(d, 16));
         return;
     }
-    __m128i x = _mm_loadu_si128((const __m128i *)blk);
-    s16 = _mm256_cvtepu8_epi16(six_bit_scales(x)); /* words 0-7 scales, 8-15 mins */
-    _Pragma("GCC unroll 4")
-    for (int z = 0; z < 4; z++) { /* chunk z: groups of 32 codes 2z, 2z+1 */
-        __m512i idx = _mm512_set_epi32(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
-                                       2 * z + 1, 2 * z + 1, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z);
-        ks->sc[z] = _mm512_maskz_permutexvar_epi16(0x55555555, idx, _mm512_castsi256_si512(s16));
+    __m512i x = quad_bytes(blk, bs, 0, m), s = six_bit_scales(x);
+    q->s16[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(s));
+    q->s16[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(s, 1));
+    __m512i d = _mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), x);
+    q->dd = _mm256_cvtph_ps(_mm512_castsi512_si128(d));
+}
+
+/* Block i of a quad: the scale of each lane of chunk z (low word, high word 0) and the mins. */
+AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, __m512i sc[4], __m256i *mn)
+{
+    const __m512i table = q->s16[i / 2];
+    const int w = 16 * (i % 2); /* the block's first word */
+    for (int z = 0; z < 4; z++) {
+        __m512i idx = t == LM_Q6_K /* lane j: group 4z + j/4 of 16 codes; else 2z + j/8 of 32 */
+            ? _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2,
+                               4 * z + 2, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z)
+            : _mm512_set_epi32(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
+                               2 * z + 1, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z);
+        sc[z] = _mm512_maskz_permutexvar_epi16(0x55555555, _mm512_add_epi32(idx, _mm512_set1_epi32(w)), table);
     }
-    ks->mn = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-                                      s16);
-    __m128 dd = _mm_cvtph_ps(x);
-    ks->d = _mm_cvtss_f32(dd), ks->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    if (t == LM_Q6_K) {
+        *mn = _mm256_setzero_si256();
+        return;
+    }
+    const __m512i mi = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* min of group i: i/2 */
+                                        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    *mn = _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_add_epi16(mi, _mm512_set1_epi16((short)w)), table));
 }
 
 /* A super-block's codes: chunk z holds codes 64z..64z+63. */
@@ -121,9 +143,12 @@ AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, __m512i c[
     half_codes(t, blk, 1, c + 2);
 }
 
-/* Super-block b for one token: the exact sum of code times scale (lane 0) and of min times group sum (lane 8). */
-AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const kscales *ks, const act_row *a,
-                                        int64_t b)
+/*
+ * Super-block b for one token: 8 partial sums of code times scale (lanes
+ * 0-7) and of min times group sum (lanes 8-15).
+ */
+AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __m512i sc[4], __m256i mn,
+                                        const act_row *a, int64_t b)
 {
     const int off = t == LM_Q6_K;
     __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* two chains, not one of four */
@@ -132,16 +157,70 @@ AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const ks
         int64_t e = b * 256 + 64 * z;
         __m512i seed = off ? _mm512_loadu_si512(a->negcorr + e / 4) : _mm512_setzero_si512();
         __m512i v = _mm512_dpbusd_epi32(seed, c[z], _mm512_loadu_si512(a->qs + e));
-        s[z & 1] = _mm512_dpwssd_epi32(s[z & 1], v, ks->sc[z]);
+        s[z & 1] = _mm512_dpwssd_epi32(s[z & 1], v, sc[z]);
     }
     __m512i sum = _mm512_add_epi32(s[0], s[1]);
     __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
     __m256i m8 = off ? _mm256_setzero_si256() /* Q6_K has no mins */
-                     : _mm256_madd_epi16(ks->mn, _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
-    __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(s8), m8, 1);
-    x = _mm512_add_epi32(x, _mm512_shuffle_i64x2(x, x, 0xb1));
-    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, 0x4e));
-    return _mm512_add_epi32(x, _mm512_shuffle_epi32(x, 0xb1));
+                     : _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(s8), m8, 1);
+}
+
+/* Lanes 2i, 2i+1 of x in lanes 0, 1. */
+AVX512 static INLINE __m128 lane_pair(__m256 x, int i)
+{
+    __m128 h = i < 2 ? _mm256_castps256_ps128(x) : _mm256_extractf128_ps(x, 1);
+    return i % 2 ? _mm_movehl_ps(h, h) : h;
+}
+
+/*
+ * The m blocks' partial sums (y[i]) of one token, added in one tree, then
+ * lm_dot_k_scalar's float steps block by block.
+ */
+AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad *q, const act_row *a, int64_t b,
+                                     int m, float *acc, float *mins)
+{
+    __m512i r = pair_sums(pair_sums(y[0], y[1]), pair_sums(y[2], y[3])); /* 2 lanes each: sum, mins; block by block */
+    r = _mm512_add_epi32(r, _mm512_shuffle_epi32(r, 0xb1));
+    const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m256 f = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, _mm512_cvtepi32_ps(r)));
+    __m128 ad4 = _mm_maskz_loadu_ps((__mmask8)((1u << m) - 1), a->d + b);
+    __m256 ad = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_castps128_ps256(ad4));
+    __m256 p = _mm256_mul_ps(q->dd, ad); /* d * d8 and dmin * d8 */
+    __m256 mm = _mm256_mul_ps(p, f);
+    for (int i = 0; i < m; i++) { /* block i's factors to lane 0: products in lane 0, mins in lane 1 */
+        __m128 pi = lane_pair(p, i), fi = lane_pair(f, i), mi = lane_pair(mm, i);
+        *acc = __builtin_fmaf(_mm_cvtss_f32(pi), _mm_cvtss_f32(fi), *acc);
+        if (t != LM_Q6_K) /* Q6_K's min term is +0 */
+            *mins += _mm_cvtss_f32(_mm_movehdup_ps(mi));
+    }
+}
+
+/* Super-blocks b..b+m-1 (m <= 4) for n tokens. */
+AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
+                               float *acc, float *mins)
+{
+    const uint8_t *blk = row + (size_t)b * bs;
+    kquad q;
+    decode_quad(t, blk, bs, m, &q);
+    __m512i y[LM_ROW_K_TOKENS][4];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < 4; i++) {
+        if (i >= m) {
+            for (int j = 0; j < n; j++)
+                y[j][i] = _mm512_setzero_si512();
+            continue;
+        }
+        __m512i c[4], sc[4];
+        __m256i mn;
+        lm_prefetch_ahead(blk + (size_t)i * bs, bs);
+        block_codes(t, blk + (size_t)i * bs, c);
+        block_scales(t, &q, i, sc, &mn);
+        for (int j = 0; j < n; j++)
+            y[j][i] = block_sums(t, c, sc, mn, &a[j], b + i);
+    }
+    for (int j = 0; j < n; j++)
+        quad_steps(t, y[j], &q, &a[j], b, m, &acc[j], &mins[j]);
 }
 
 /* n (1..LM_ROW_K_TOKENS) tokens through a row, each super-block decoded once for all. */
@@ -149,20 +228,12 @@ AVX512 static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64
                                 float *out)
 {
     float acc[LM_ROW_K_TOKENS] = {0}, mins[LM_ROW_K_TOKENS] = {0};
-    kscales ks;
-    __m512i c[4];
-    for (int64_t b = 0; b < k / 256; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        lm_prefetch_ahead(blk, bs);
-        decode_scales(t, blk, &ks);
-        block_codes(t, blk, c);
-        for (int j = 0; j < n; j++) {
-            __m512 f = _mm512_cvtepi32_ps(block_sums(t, c, &ks, &a[j], b));
-            acc[j] = __builtin_fmaf(ks.d * a[j].d[b], _mm512_cvtss_f32(f), acc[j]);
-            if (t != LM_Q6_K) /* Q6_K's min term is +0 */
-                mins[j] += (ks.dmin * a[j].d[b]) * _mm_cvtss_f32(_mm512_extractf32x4_ps(f, 2));
-        }
-    }
+    const int64_t nb = k / 256;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4)
+        quad(t, bs, row, b, 4, a, n, acc, mins);
+    if (b < nb)
+        quad(t, bs, row, b, (int)(nb - b), a, n, acc, mins);
     for (int j = 0; j < n; j++)
         out[j] = acc[j] - mins[j];
 }

@@ -142,6 +142,49 @@ START_TEST(test_row_q4_0_vbmi_bitwise)
 END_TEST
 
 /*
+ * K-quant rows of 1..8 super-blocks (whole groups of four and every tail)
+ * through qrow_k.c, for one token and for several, against the scalar dot;
+ * each row ends its allocation, so the sanitizer build sees any over-read.
+ */
+START_TEST(test_row_k_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static uint8_t act[LM_ROW_K_TOKENS][KMAX * 8];
+    static float x[KMAX];
+    static qrow_buf ref;
+    uint64_t seed = 31;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int nb = 1; nb <= KMAX / 256; nb++) {
+            int k = 256 * nb;
+            size_t rb = lm_row_bytes(types[ti], k);
+            uint8_t *row = malloc(rb);
+            ck_assert(row != NULL);
+            random_row(types[ti], row, rb, &seed);
+            qrow_init(&ref);
+            lm_qrow_decode_scalar(&ref.r, types[ti], row, k);
+            act_row ar[LM_ROW_K_TOKENS];
+            float want[LM_ROW_K_TOKENS], got[LM_ROW_K_TOKENS];
+            for (int t = 0; t < LM_ROW_K_TOKENS; t++) {
+                for (int i = 0; i < k; i++)
+                    x[i] = sinf((float)(i * (t + 2)) * 0.13f) * (float)(1 + (i + nb) % 5);
+                lm_quantize_act(types[ti], x, act[t], k);
+                lm_act_layout(LM_Q8_K, k, &ar[t], act[t]);
+                want[t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
+            }
+            for (int n = 1; n <= LM_ROW_K_TOKENS; n += LM_ROW_K_TOKENS - 1) {
+                lm_row_k_avx512(types[ti], row, k, ar, n, got);
+                for (int t = 0; t < n; t++)
+                    ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s, %d super-blocks, token %d of %d: %a vs scalar %a",
+                                  lm_type_name(types[ti]), nb, t, n, got[t], want[t]);
+            }
+            free(row);
+        }
+}
+END_TEST
+
+/*
  * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
  * the scalar dot of each row and token, for every type the tiles take; rows
  * are all different, so a row read at the wrong stride or a lane mixed up
@@ -435,6 +478,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_rows16_bitwise);
     tcase_add_test(tc, test_rows16_amx_bitwise);
     tcase_add_test(tc, test_row_q4_0_vbmi_bitwise);
+    tcase_add_test(tc, test_row_k_bitwise);
     tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
