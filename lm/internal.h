@@ -108,7 +108,8 @@ typedef struct tgroup {
 size_t lm_tgroup_bytes(int64_t k);
 void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, void *base);
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
-int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out); /* ng <= 4 */
+/* nr <= 2 rows of one type against ng <= 4 groups: out[i][16 * j + t] */
+int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out);
 /* Rows m = 0..15 of stage (stage[m * sld + t], sld >= n rounded up to 16) stored token by token: out[ldo * t + m]. */
 void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n);
 
@@ -172,7 +173,7 @@ typedef struct mm_scratch {
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;
     act_row *acts;     /* their layouts */
-    qrow *rows;
+    qrow *rows;        /* two per thread */
     float **outs;      /* per thread: one row's outputs for a token block */
     float **stage;     /* per thread: 16 rows' outputs for a token block (grouped) */
     uint8_t *tg_mem;   /* the token groups of a batch (K-quants, AVX-512) */

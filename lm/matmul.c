@@ -48,6 +48,21 @@ static int rows16_init(mm_scratch *s, int64_t max_k)
     return 0;
 }
 
+/* A qrow's buffers for rows of up to max_k elements. */
+static int qrow_alloc(qrow *r, int64_t max_k)
+{
+    size_t k64 = (size_t)(max_k + 63) / 64 * 64;
+    r->f = aligned_alloc(64, k64 * sizeof *r->f);
+    r->u = aligned_alloc(64, k64);
+    r->sc4 = aligned_alloc(64, k64); /* k/4 int32 */
+    r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
+    r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
+    r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
+    r->s8 = aligned_alloc(64, k64);
+    r->corr16 = malloc((size_t)(max_k / 16 + 1) * sizeof *r->corr16);
+    return r->f && r->u && r->sc4 && r->mn && r->d && r->m && r->s8 && r->corr16 ? 0 : -1;
+}
+
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
     s->n_threads = n_threads;
@@ -63,27 +78,19 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     size_t f32 = lm_act_row_bytes(LM_F32, max_k), q8 = lm_act_row_bytes(LM_Q8_0, max_k);
     s->act_cap = (size_t)max_tok * (f32 > q8 ? f32 : q8); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
-    s->rows = calloc((size_t)n_threads, sizeof *s->rows);
+    s->rows = calloc(2 * (size_t)n_threads, sizeof *s->rows);
     s->outs = calloc((size_t)n_threads, sizeof *s->outs);
     s->stage = calloc((size_t)n_threads, sizeof *s->stage);
     s->acts = calloc((size_t)max_tok, sizeof *s->acts);
     if (!s->act || !s->rows || !s->outs || !s->stage || !s->acts)
         return -1;
+    for (int i = 0; i < 2 * n_threads; i++)
+        if (qrow_alloc(&s->rows[i], max_k))
+            return -1;
     for (int i = 0; i < n_threads; i++) {
-        qrow *r = &s->rows[i];
-        size_t k64 = (size_t)(max_k + 63) / 64 * 64;
-        r->f = aligned_alloc(64, k64 * sizeof *r->f);
-        r->u = aligned_alloc(64, k64);
-        r->sc4 = aligned_alloc(64, k64);                /* k/4 int32 */
-        r->mn = malloc((size_t)(max_k / 16 + 1) * sizeof *r->mn);
-        r->d = malloc((size_t)(max_k / 32 + 1) * sizeof *r->d);
-        r->m = malloc((size_t)(max_k / 32 + 1) * sizeof *r->m);
-        r->s8 = aligned_alloc(64, k64);
-        r->corr16 = malloc((size_t)(max_k / 16 + 1) * sizeof *r->corr16);
         s->outs[i] = malloc(GROUPED_BLOCK * sizeof(float));
         s->stage[i] = aligned_alloc(64, 16 * GROUPED_BLOCK * sizeof(float));
-        if (!r->f || !r->u || !r->sc4 || !r->mn || !r->d || !r->m || !r->s8 || !r->corr16 || !s->outs[i] ||
-            !s->stage[i])
+        if (!s->outs[i] || !s->stage[i])
             return -1;
     }
     if (s->amx && rows16_init(s, max_k))
@@ -96,13 +103,15 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 
 void mm_scratch_free(mm_scratch *s)
 {
-    for (int i = 0; s->rows && i < s->n_threads; i++) {
+    for (int i = 0; s->rows && i < 2 * s->n_threads; i++) {
         qrow *r = &s->rows[i];
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
         free(r->s8), free(r->corr16);
-        free(s->outs[i]);
-        free(s->stage[i]);
     }
+    for (int i = 0; s->outs && i < s->n_threads; i++)
+        free(s->outs[i]);
+    for (int i = 0; s->stage && i < s->n_threads; i++)
+        free(s->stage[i]);
     free(s->rows);
     free(s->outs);
     free(s->stage);
@@ -136,19 +145,24 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const int tid = omp_get_thread_num();
-    qrow *r = &s->rows[tid];
+    qrow *r = &s->rows[2 * tid];
+    const qrow *pair[2] = {r, r + 1};
     float *stage = s->stage[tid];
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
-        for (int m = 0; m < 16; m++) {
-            lm_qrow_decode(r, w->type, (const uint8_t *)w->data + (size_t)(c * 16 + m) * row_bytes, k, s->isa);
-            lm_trow_prepare_avx512(r);
+        for (int m = 0; m < 16; m += 2) { /* two rows at a time share the token loads */
+            for (int i = 0; i < 2; i++) {
+                lm_qrow_decode(&r[i], w->type, (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes, k,
+                               s->isa);
+                lm_trow_prepare_avx512(&r[i]);
+            }
             for (int c0 = t0; c0 < t0 + nt; c0 += 64) { /* four groups a call */
                 int cn = t0 + nt - c0 < 64 ? t0 + nt - c0 : 64, ng = (cn + 15) / 16;
                 const tgroup *g[4];
                 for (int j = 0; j < ng; j++)
                     g[j] = &s->groups[c0 / 16 + j];
-                lm_trow_groups_avx512(r, g, ng, stage + m * GROUPED_BLOCK + (c0 - t0));
+                float *o[2] = {stage + m * GROUPED_BLOCK + (c0 - t0), stage + (m + 1) * GROUPED_BLOCK + (c0 - t0)};
+                lm_trow_groups_avx512(pair, 2, g, ng, o);
             }
         }
         lm_store_rows16(stage, GROUPED_BLOCK, out + (size_t)t0 * rows + c * 16, (size_t)rows, nt);
@@ -190,7 +204,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
             lm_rows16_point_q8_0(p, (const uint8_t *)w->data + (size_t)c * 16 * rb, rb);
         else
             for (int m = 0; m < 16; m++)
-                rows16_put(p, m, w, c * 16 + m, s, &s->rows[tid]);
+                rows16_put(p, m, w, c * 16 + m, s, &s->rows[2 * tid]);
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
             float *o = out + (size_t)g0 * rows + c * 16;
@@ -230,7 +244,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
-    qrow *r = &s->rows[tid];
+    qrow *r = &s->rows[2 * tid];
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static)
     for (int64_t i = r0; i < rows; i++) {

@@ -8,6 +8,8 @@
  * each token in one 32-bit lane ([k/4][16 tokens][4 codes]).  One vpdpbusd
  * against four weight codes broadcast from the decoded row then does four
  * codes of all 16 tokens, and a group of codes is scaled once for all 16.
+ * Rows go in pairs: four groups' codes outgrow L1, and each one loaded
+ * from L2 then serves two rows (one row at a time was bound by L2).
  *
  * The integer sums are the exact ones of lm_dot_k_scalar and
  * lm_dot_b32_scalar and the float steps are the same, so a token gets
@@ -113,116 +115,180 @@ AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int6
 }
 
 /*
- * One prepared row against ng groups (ng tokens x 16): each weight word is
- * broadcast once for all of them, and their sums are independent chains,
- * so the vpdpbusd latency is hidden.  span: codes that share one scale.
+ * nr (1 or 2) prepared rows against ng groups (ng x 16 tokens): each token
+ * word is loaded once for both rows and each weight word broadcast once for
+ * all groups.  The activations of four groups outgrow L1, so sharing their
+ * loads between two rows halves what comes from L2, which bounds the kernel.
+ * span: codes that share one scale.
  */
-AVX512 static INLINE void row_groups(const qrow *r, const tgroup *const *g, int ng, int span, int has_mins,
-                                     float *out)
+AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup *const *g, int ng, int span,
+                                      int has_mins, float *const *out)
 {
-    __m512 acc[4], mins[4];
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < ng; j++)
-        acc[j] = _mm512_setzero_ps(), mins[j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < r->k / QK_K; b++) {
-        __m512i isum[4];
+    __m512 acc[2][4], mins[2][4];
+    _Pragma("GCC unroll 2")
+    for (int i = 0; i < nr; i++)
         _Pragma("GCC unroll 4")
         for (int j = 0; j < ng; j++)
-            isum[j] = _mm512_setzero_si512();
-        for (int64_t e = b * QK_K; e < (b + 1) * QK_K; e += span) {
-            int32_t corr = r->corr16[e / 16] + (span == 32 ? r->corr16[e / 16 + 1] : 0);
-            __m512i v[4];
+            acc[i][j] = _mm512_setzero_ps(), mins[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < r[0]->k / QK_K; b++) {
+        __m512i isum[2][4];
+        _Pragma("GCC unroll 2")
+        for (int i = 0; i < nr; i++)
             _Pragma("GCC unroll 4")
             for (int j = 0; j < ng; j++)
-                v[j] = _mm512_set1_epi32(corr);
-            _Pragma("GCC unroll 8")
-            for (int i = 0; i < span; i += 4) {
-                int32_t w4;
-                memcpy(&w4, r->s8 + e + i, 4);
-                __m512i w = _mm512_set1_epi32(w4);
+                isum[i][j] = _mm512_setzero_si512();
+        for (int64_t e = b * QK_K; e < (b + 1) * QK_K; e += span) {
+            __m512i v[2][4];
+            _Pragma("GCC unroll 2")
+            for (int i = 0; i < nr; i++) {
+                int32_t corr = r[i]->corr16[e / 16] + (span == 32 ? r[i]->corr16[e / 16 + 1] : 0);
                 _Pragma("GCC unroll 4")
                 for (int j = 0; j < ng; j++)
-                    v[j] = _mm512_dpbusd_epi32(v[j], _mm512_loadu_si512(g[j]->q + (e + i) * TG), w);
+                    v[i][j] = _mm512_set1_epi32(corr);
             }
-            __m512i sc = _mm512_set1_epi32(r->sc4[e / 4]);
-            _Pragma("GCC unroll 4")
-            for (int j = 0; j < ng; j++)
-                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(v[j], sc));
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < span; q += 4) {
+                __m512i w[2];
+                _Pragma("GCC unroll 2")
+                for (int i = 0; i < nr; i++) {
+                    int32_t w4;
+                    memcpy(&w4, r[i]->s8 + e + q, 4);
+                    w[i] = _mm512_set1_epi32(w4);
+                }
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++) {
+                    __m512i a = _mm512_loadu_si512(g[j]->q + (e + q) * TG);
+                    _Pragma("GCC unroll 2")
+                    for (int i = 0; i < nr; i++)
+                        v[i][j] = _mm512_dpbusd_epi32(v[i][j], a, w[i]);
+                }
+            }
+            _Pragma("GCC unroll 2")
+            for (int i = 0; i < nr; i++) {
+                __m512i sc = _mm512_set1_epi32(r[i]->sc4[e / 4]);
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++)
+                    isum[i][j] = _mm512_add_epi32(isum[i][j], _mm512_mullo_epi32(v[i][j], sc));
+            }
         }
-        __m512 dw = _mm512_set1_ps(r->d[b]), mw = _mm512_set1_ps(r->m[b]);
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++) {
-            __m512 da = _mm512_loadu_ps(g[j]->d + b * TG);
-            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[j]), acc[j]);
-            if (has_mins) {
-                __m512 mm = _mm512_mul_ps(mw, da);
-                mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(group_mins(r->mn, g[j], b))));
+        _Pragma("GCC unroll 2")
+        for (int i = 0; i < nr; i++) {
+            __m512 dw = _mm512_set1_ps(r[i]->d[b]), mw = _mm512_set1_ps(r[i]->m[b]);
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < ng; j++) {
+                __m512 da = _mm512_loadu_ps(g[j]->d + b * TG);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][j]), acc[i][j]);
+                if (has_mins) {
+                    __m512 mm = _mm512_mul_ps(mw, da);
+                    __m512i ms = group_mins(r[i]->mn, g[j], b);
+                    mins[i][j] = _mm512_add_ps(mins[i][j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(ms)));
+                }
             }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < ng; j++)
-        _mm512_storeu_ps(out + 16 * j, _mm512_sub_ps(acc[j], mins[j]));
+    _Pragma("GCC unroll 2")
+    for (int i = 0; i < nr; i++)
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++)
+            _mm512_storeu_ps(out[i] + 16 * j, _mm512_sub_ps(acc[i][j], mins[i][j]));
 }
 
 /*
  * Q4_0, Q5_0 and Q8_0 rows: a block's sum per token, scaled, into lane
- * b % 16 of lm_dot_b32_scalar's accumulators, here one vector per lane and
- * group, then its tree.
+ * b % 16 of lm_dot_b32_scalar's accumulators, then its tree.  The blocks of
+ * one lane are taken together (b = l, l + 16, ...), in the same order as
+ * there, so that lane's sums stay in registers: 16 lanes of every row and
+ * group would not.
  */
-AVX512 static INLINE void row_groups_b32(const qrow *r, const tgroup *const *g, int ng, float *out)
+AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+                                          float *const *out)
 {
-    __m512 acc[4][16];
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < ng; j++)
-        for (int l = 0; l < 16; l++)
-            acc[j][l] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < r->k / 32; b++) {
-        __m512i v[4];
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++)
-            v[j] = _mm512_set1_epi32(r->corr16[2 * b] + r->corr16[2 * b + 1]);
-        _Pragma("GCC unroll 8")
-        for (int i = 0; i < 32; i += 4) {
-            int32_t w4;
-            memcpy(&w4, r->s8 + b * 32 + i, 4);
-            __m512i w = _mm512_set1_epi32(w4);
+    const int64_t nb = r[0]->k / 32;
+    __m512 lanes[2][4][16];
+    for (int l = 0; l < 16; l++) {
+        __m512 acc[2][4];
+        _Pragma("GCC unroll 2")
+        for (int i = 0; i < nr; i++)
             _Pragma("GCC unroll 4")
             for (int j = 0; j < ng; j++)
-                v[j] = _mm512_dpbusd_epi32(v[j], _mm512_loadu_si512(g[j]->q + (b * 32 + i) * TG), w);
+                acc[i][j] = _mm512_setzero_ps();
+        for (int64_t b = l; b < nb; b += 16) {
+            __m512i v[2][4];
+            _Pragma("GCC unroll 2")
+            for (int i = 0; i < nr; i++)
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++)
+                    v[i][j] = _mm512_set1_epi32(r[i]->corr16[2 * b] + r[i]->corr16[2 * b + 1]);
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 32; q += 4) {
+                __m512i w[2];
+                _Pragma("GCC unroll 2")
+                for (int i = 0; i < nr; i++) {
+                    int32_t w4;
+                    memcpy(&w4, r[i]->s8 + b * 32 + q, 4);
+                    w[i] = _mm512_set1_epi32(w4);
+                }
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++) {
+                    __m512i a = _mm512_loadu_si512(g[j]->q + (b * 32 + q) * TG);
+                    _Pragma("GCC unroll 2")
+                    for (int i = 0; i < nr; i++)
+                        v[i][j] = _mm512_dpbusd_epi32(v[i][j], a, w[i]);
+                }
+            }
+            _Pragma("GCC unroll 2")
+            for (int i = 0; i < nr; i++) {
+                __m512 dw = _mm512_set1_ps(r[i]->d[b]);
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < ng; j++) {
+                    __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(g[j]->d + b * TG));
+                    acc[i][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v[i][j]), acc[i][j]);
+                }
+            }
         }
-        __m512 dw = _mm512_set1_ps(r->d[b]);
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++) {
-            __m512 dd = _mm512_mul_ps(dw, _mm512_loadu_ps(g[j]->d + b * TG));
-            acc[j][b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v[j]), acc[j][b % 16]);
-        }
+        _Pragma("GCC unroll 2")
+        for (int i = 0; i < nr; i++)
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < ng; j++)
+                lanes[i][j][l] = acc[i][j];
     }
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < ng; j++)
-        _mm512_storeu_ps(out + 16 * j, hsum16_lanes(acc[j]));
+    _Pragma("GCC unroll 2")
+    for (int i = 0; i < nr; i++)
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < ng; j++)
+            _mm512_storeu_ps(out[i] + 16 * j, hsum16_lanes(lanes[i][j]));
 }
 
 /* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */
-AVX512 static INLINE void row_groups_ng(const qrow *r, const tgroup *const *g, int ng, float *out)
+AVX512 static INLINE void rows_groups_ng(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+                                         float *const *out)
 {
-    if (lm_act_type(r->type) == LM_Q8_0)
-        row_groups_b32(r, g, ng, out);
-    else if (r->type == LM_Q4_K || r->type == LM_Q5_K) /* a scale per 32 codes (constant spans: the loops unroll) */
-        row_groups(r, g, ng, 32, lm_k_has_mins(r->type), out);
+    if (lm_act_type(r[0]->type) == LM_Q8_0)
+        rows_groups_b32(r, nr, g, ng, out);
+    else if (r[0]->type == LM_Q4_K || r[0]->type == LM_Q5_K) /* a scale per 32 codes (constant spans: the loops unroll) */
+        rows_groups(r, nr, g, ng, 32, lm_k_has_mins(r[0]->type), out);
     else
-        row_groups(r, g, ng, 16, lm_k_has_mins(r->type), out);
+        rows_groups(r, nr, g, ng, 16, lm_k_has_mins(r[0]->type), out);
 }
 
-/* One prepared row against ng <= 4 groups: out[16 * j + t] for token t of group j. */
-AVX512 int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out)
+AVX512 static INLINE void rows_groups_n(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+                                        float *const *out)
 {
     switch (ng) {
-    case 1: row_groups_ng(r, g, 1, out); break;
-    case 2: row_groups_ng(r, g, 2, out); break;
-    case 3: row_groups_ng(r, g, 3, out); break;
-    default: row_groups_ng(r, g, 4, out);
+    case 1: rows_groups_ng(r, nr, g, 1, out); break;
+    case 2: rows_groups_ng(r, nr, g, 2, out); break;
+    case 3: rows_groups_ng(r, nr, g, 3, out); break;
+    default: rows_groups_ng(r, nr, g, 4, out);
     }
+}
+
+/* nr <= 2 prepared rows of one type against ng <= 4 groups: out[i][16 * j + t] for row i, token t of group j. */
+AVX512 int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out)
+{
+    if (nr == 2)
+        rows_groups_n(r, 2, g, ng, out);
+    else
+        rows_groups_n(r, 1, g, ng, out);
     return 1;
 }
 
@@ -245,9 +311,9 @@ int lm_trow_prepare_avx512(qrow *r)
     return 0; /* no such path here: the caller uses the one-token kernels */
 }
 
-int lm_trow_groups_avx512(const qrow *r, const tgroup *const *g, int ng, float *out)
+int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out)
 {
-    (void)r, (void)g, (void)ng, (void)out;
+    (void)r, (void)nr, (void)g, (void)ng, (void)out;
     return 0;
 }
 
