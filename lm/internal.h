@@ -84,6 +84,9 @@ float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a);
 /* qrow_k.c: 1..LM_ROW_K_TOKENS tokens through a Q4_K, Q5_K or Q6_K row (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8
 void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out);
+/* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
+int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
+                    int16_t *mn);
 
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
 /* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */
@@ -135,7 +138,7 @@ int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this p
 int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
-int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0; 0: not here */
+int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0, Q4-6_K; 0: not here */
 void lm_rows16_use_s8(rows16 *p);                /* the tiles read the rows put into s8 */
 /* The tiles read 16 Q8_0 rows (rb bytes apart) where they lie; their scales go to p->d. */
 void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb);

@@ -118,10 +118,15 @@ AVX512 static void block_scales(float *d, const uint8_t *row, int bs, int64_t nb
 /*
  * Q4_0 rows go into slot m straight from the file: the codes are the
  * decoder's minus the offset, the scales the same f16 values, so the slot
- * holds what lm_rows16_put would copy.  0 for other types.
+ * holds what lm_rows16_put would copy.  Q4_K, Q5_K and Q6_K rows too, by
+ * qrow_k.c's decoders.  0 for other types.
  */
 AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row)
 {
+    const int64_t nsb = p->k / 256;
+    if (lm_row_k_scaled(type, row, p->k, p->s8 + (size_t)m * p->stride, p->s8hi + (size_t)m * p->stride,
+                        p->d + m * nsb, p->m + m * nsb, p->mn + m * (p->k / 16)))
+        return 1;
     if (type != LM_Q4_0)
         return 0;
     const int64_t nb = p->k / 32;

@@ -257,11 +257,77 @@ AVX512 void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act
     }
 }
 
+/*
+ * A K-quant row straight into the form the AMX tiles take (lm_rows16_put's
+ * bytes): each code minus its offset times its group scale, v, as lo =
+ * v & 127 and hi = v >> 7; the super-block factors d and dmin; the min of
+ * every 16 codes.  It skips the generic decode, which cost the batch path
+ * more than its tiles.
+ */
+AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
+                                     float *d, float *m, int16_t *mn)
+{
+    const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        kquad q;
+        decode_quad(t, blk, bs, 1, &q);
+        __m512i c[4];
+        block_codes(t, blk, c);
+        float dd[8];
+        _mm256_storeu_ps(dd, q.dd);
+        d[b] = dd[0], m[b] = dd[1];
+        __m256i mins = _mm256_setzero_si256();
+        if (t != LM_Q6_K)
+            mins = _mm512_castsi512_si256(_mm512_permutexvar_epi16(
+                _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 14, 14, 13, 13, 12, 12, 11, 11,
+                                 10, 10, 9, 9, 8, 8),
+                q.s16[0]));
+        _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
+        for (int h = 0; h < 8; h++) { /* 32 codes: one scale (Q4_K/Q5_K) or two of 16 (Q6_K) */
+            __m256i x = h % 2 ? _mm512_extracti64x4_epi64(c[h / 2], 1) : _mm512_castsi512_si256(c[h / 2]);
+            __m512i sc = t == LM_Q6_K
+                             ? _mm512_permutexvar_epi16(_mm512_set_epi32(0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
+                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
+                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
+                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
+                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
+                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
+                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
+                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h)),
+                                                        q.s16[0])
+                             : _mm512_permutexvar_epi16(_mm512_set1_epi16((short)h), q.s16[0]);
+            __m512i v = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(x), off), sc);
+            int64_t e = b * 256 + 32 * h;
+            _mm256_storeu_si256((__m256i *)(lo + e), _mm512_cvtepi16_epi8(_mm512_and_si512(v, m7)));
+            _mm256_storeu_si256((__m256i *)(hi + e), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 7)));
+        }
+    }
+}
+
+AVX512 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
+                           int16_t *mn)
+{
+    switch (t) {
+    case LM_Q4_K: put_scaled(LM_Q4_K, 144, row, k, lo, hi, d, m, mn); return 1;
+    case LM_Q5_K: put_scaled(LM_Q5_K, 176, row, k, lo, hi, d, m, mn); return 1;
+    case LM_Q6_K: put_scaled(LM_Q6_K, 210, row, k, lo, hi, d, m, mn); return 1;
+    default: return 0;
+    }
+}
+
 #else
 
 void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out)
 {
     (void)t, (void)row, (void)k, (void)a, (void)n, (void)out; /* never called: lm_cpu_isa() is scalar */
+}
+
+int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
+                    int16_t *mn)
+{
+    (void)t, (void)row, (void)k, (void)lo, (void)hi, (void)d, (void)m, (void)mn;
+    return 0;
 }
 
 #endif

@@ -197,6 +197,52 @@ START_TEST(test_row_k_bitwise)
 END_TEST
 
 /*
+ * Rows put into an AMX slot straight from the file (lm_rows16_put_raw) hold
+ * the bytes the generic decode puts there, for slot 5 of 16: codes, high
+ * parts, scales, mins.  Each row ends its allocation (the sanitizer build).
+ */
+START_TEST(test_rows16_put_raw_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static const int widths[] = {256, K, KMAX};
+    static int8_t s8[2][16 * KMAX], s8hi[2][16 * KMAX];
+    static int16_t mn[2][16 * KMAX / 16];
+    static float d[2][16 * KMAX / 32], m[2][16 * KMAX / 32];
+    static qrow_buf buf;
+    uint64_t seed = 41;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int wi = 0; wi < 3; wi++) {
+            uint32_t ty = types[ti];
+            int k = widths[wi];
+            size_t rb = lm_row_bytes(ty, k);
+            uint8_t *row = malloc(rb);
+            ck_assert(row != NULL);
+            random_row(ty, row, rb, &seed);
+            rows16 r[2];
+            for (int i = 0; i < 2; i++) {
+                memset(s8[i], 0x55, sizeof s8[i]), memset(s8hi[i], 0x55, sizeof s8hi[i]);
+                memset(mn[i], 0x55, sizeof mn[i]), memset(d[i], 0x55, sizeof d[i]), memset(m[i], 0x55, sizeof m[i]);
+                r[i] = (rows16){.k = k, .s8 = s8[i], .s8hi = s8hi[i], .stride = KMAX, .d = d[i], .m = m[i], .mn = mn[i]};
+            }
+            ck_assert(lm_rows16_put_raw(&r[0], 5, ty, row));
+            qrow_init(&buf);
+            lm_qrow_decode_scalar(&buf.r, ty, row, k);
+            lm_rows16_put(&r[1], 5, &buf.r);
+            int kq = lm_act_type(ty) == LM_Q8_K;
+            ck_assert_msg(!memcmp(s8[0], s8[1], sizeof s8[0]), "%s k=%d: codes differ", lm_type_name(ty), k);
+            ck_assert_msg(!kq || !memcmp(s8hi[0], s8hi[1], sizeof s8hi[0]), "%s k=%d: high parts differ",
+                          lm_type_name(ty), k);
+            ck_assert_msg(!memcmp(d[0], d[1], sizeof d[0]), "%s k=%d: scales differ", lm_type_name(ty), k);
+            ck_assert_msg(!kq || (!memcmp(m[0], m[1], sizeof m[0]) && !memcmp(mn[0], mn[1], sizeof mn[0])),
+                          "%s k=%d: mins differ", lm_type_name(ty), k);
+            free(row);
+        }
+}
+END_TEST
+
+/*
  * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
  * the scalar dot of each row and token, for every type the tiles take; rows
  * are all different, so a row read at the wrong stride or a lane mixed up
@@ -491,6 +537,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_rows16_amx_bitwise);
     tcase_add_test(tc, test_row_q4_0_vbmi_bitwise);
     tcase_add_test(tc, test_row_k_bitwise);
+    tcase_add_test(tc, test_rows16_put_raw_bitwise);
     tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
