@@ -270,6 +270,7 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
     const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
+        lm_prefetch_ahead(blk, bs); /* rows are put in file order: this reads the next ones */
         kquad q;
         decode_quad(t, blk, bs, 1, &q);
         __m512i c[4];
@@ -284,23 +285,24 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
                                  10, 10, 9, 9, 8, 8),
                 q.s16[0]));
         _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
-        for (int h = 0; h < 8; h++) { /* 32 codes: one scale (Q4_K/Q5_K) or two of 16 (Q6_K) */
-            __m256i x = h % 2 ? _mm512_extracti64x4_epi64(c[h / 2], 1) : _mm512_castsi512_si256(c[h / 2]);
-            __m512i sc = t == LM_Q6_K
-                             ? _mm512_permutexvar_epi16(_mm512_set_epi32(0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
-                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
-                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
-                                                                         0x00010001 * (2 * h + 1), 0x00010001 * (2 * h + 1),
-                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
-                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
-                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h),
-                                                                         0x00010001 * (2 * h), 0x00010001 * (2 * h)),
-                                                        q.s16[0])
-                             : _mm512_permutexvar_epi16(_mm512_set1_epi16((short)h), q.s16[0]);
-            __m512i v = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(x), off), sc);
-            int64_t e = b * 256 + 32 * h;
-            _mm256_storeu_si256((__m256i *)(lo + e), _mm512_cvtepi16_epi8(_mm512_and_si512(v, m7)));
-            _mm256_storeu_si256((__m256i *)(hi + e), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 7)));
+        for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
+            __m512i idx = t == LM_Q6_K ? _mm512_set_epi16(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3,
+                                                           4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
+                                                           4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 1, 4 * z + 1,
+                                                           4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1,
+                                                           4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z)
+                                       : _mm512_set_epi16(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
+                                                          2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
+                                                          2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z, 2 * z, 2 * z,
+                                                          2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z,
+                                                          2 * z, 2 * z, 2 * z, 2 * z);
+            __m512i sc = _mm512_permutexvar_epi16(idx, q.s16[0]), zero = _mm512_setzero_si512();
+            /* bytes widened within their lane, and packed back the same way: no permutes */
+            __m512i v0 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpacklo_epi8(c[z], zero), off), sc);
+            __m512i v1 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpackhi_epi8(c[z], zero), off), sc);
+            int64_t e = b * 256 + 64 * z;
+            _mm512_storeu_si512(lo + e, _mm512_packus_epi16(_mm512_and_si512(v0, m7), _mm512_and_si512(v1, m7)));
+            _mm512_storeu_si512(hi + e, _mm512_packs_epi16(_mm512_srai_epi16(v0, 7), _mm512_srai_epi16(v1, 7)));
         }
     }
 }
