@@ -152,8 +152,9 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     for (int64_t c = 0; c < rows / 16; c++) {
         for (int m = 0; m < 16; m += 2) { /* two rows at a time share the token loads */
             for (int i = 0; i < 2; i++) {
-                lm_qrow_decode(&r[i], w->type, (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes, k,
-                               s->isa);
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
+                lm_prefetch_ahead(row, row_bytes);
+                lm_qrow_decode(&r[i], w->type, row, k, s->isa);
                 lm_trow_prepare_avx512(&r[i]);
             }
             for (int c0 = t0; c0 < t0 + nt; c0 += 64) { /* four groups a call */
