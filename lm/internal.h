@@ -87,6 +87,8 @@ void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);
+/* A K-quant row as qgemm.c's VNNI groups read it (lm_qrow_decode then lm_trow_prepare); 0 for other types */
+int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r);
 
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
 /* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */

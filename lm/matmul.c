@@ -153,6 +153,8 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += 2) { /* two rows at a time share the token loads */
             for (int i = 0; i < 2; i++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
+                if (lm_row_k_prepare(w->type, row, k, &r[i]))
+                    continue;
                 lm_prefetch_ahead(row, row_bytes);
                 lm_qrow_decode(&r[i], w->type, row, k, s->isa);
                 lm_trow_prepare_avx512(&r[i]);

@@ -136,6 +136,17 @@ AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, __m512
     *mn = _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_add_epi16(mi, _mm512_set1_epi16((short)w)), table));
 }
 
+/* Block i's scale of every 4 codes as int32 (qrow.sc4) and min of every 16 (qrow.mn). */
+AVX512 static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t *sc4, int16_t *mn)
+{
+    __m512i sc[4];
+    __m256i m16;
+    block_scales(t, q, i, sc, &m16);
+    for (int z = 0; z < 4; z++) /* the low word, sign-extended (Q6_K's scales are signed) */
+        _mm512_storeu_si512(sc4 + 16 * z, _mm512_srai_epi32(_mm512_slli_epi32(sc[z], 16), 16));
+    _mm256_storeu_si256((__m256i *)mn, m16);
+}
+
 /* A super-block's codes: chunk z holds codes 64z..64z+63. */
 AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, __m512i c[4])
 {
@@ -307,6 +318,53 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
     }
 }
 
+/*
+ * A K-quant row straight into what qgemm.c's VNNI groups read (the bytes
+ * lm_qrow_decode and lm_trow_prepare leave): signed codes, -128 times the
+ * sum of every 16, the scale of every 4 codes, the min of every 16, and
+ * the super-block factors.
+ */
+AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
+{
+    const int off = t == LM_Q6_K ? 32 : 0;
+    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        lm_prefetch_ahead(blk, bs);
+        kquad q;
+        decode_quad(t, blk, bs, 1, &q);
+        kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
+        float dd[8];
+        _mm256_storeu_ps(dd, q.dd);
+        r->d[b] = dd[0], r->m[b] = dd[1];
+        __m512i c[4], s8x8[4];
+        block_codes(t, blk, c);
+        for (int z = 0; z < 4; z++) {
+            _mm512_storeu_si512(r->s8 + b * 256 + 64 * z, _mm512_sub_epi8(c[z], _mm512_set1_epi8((char)off)));
+            s8x8[z] = _mm512_sad_epu8(c[z], _mm512_setzero_si512()); /* sums of 8 codes + off */
+        }
+        __m512i s16a = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[0], ev, s8x8[1]),
+                                        _mm512_permutex2var_epi64(s8x8[0], od, s8x8[1]));
+        __m512i s16b = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[2], ev, s8x8[3]),
+                                        _mm512_permutex2var_epi64(s8x8[2], od, s8x8[3]));
+        __m512i sums = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(s16a)),
+                                          _mm512_cvtepi64_epi32(s16b), 1);
+        sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(16 * off)); /* sums of 16 signed codes */
+        _mm512_storeu_si512(r->corr16 + b * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+    }
+    r->type = t, r->k = k;
+}
+
+AVX512 int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
+{
+    switch (t) {
+    case LM_Q4_K: prepare_groups(LM_Q4_K, 144, row, k, r); return 1;
+    case LM_Q5_K: prepare_groups(LM_Q5_K, 176, row, k, r); return 1;
+    case LM_Q6_K: prepare_groups(LM_Q6_K, 210, row, k, r); return 1;
+    default: return 0;
+    }
+}
+
 AVX512 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                            int16_t *mn)
 {
@@ -329,6 +387,12 @@ int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_
                     int16_t *mn)
 {
     (void)t, (void)row, (void)k, (void)lo, (void)hi, (void)d, (void)m, (void)mn;
+    return 0;
+}
+
+int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
+{
+    (void)t, (void)row, (void)k, (void)r;
     return 0;
 }
 

@@ -199,7 +199,9 @@ END_TEST
 /*
  * Rows put into an AMX slot straight from the file (lm_rows16_put_raw) hold
  * the bytes the generic decode puts there, for slot 5 of 16: codes, high
- * parts, scales, mins.  Each row ends its allocation (the sanitizer build).
+ * parts, scales, mins; K-quant rows prepared for the VNNI groups straight
+ * from the file hold what decode and prepare leave.  Each row ends its
+ * allocation (the sanitizer build).
  */
 START_TEST(test_rows16_put_raw_bitwise)
 {
@@ -237,6 +239,20 @@ START_TEST(test_rows16_put_raw_bitwise)
             ck_assert_msg(!memcmp(d[0], d[1], sizeof d[0]), "%s k=%d: scales differ", lm_type_name(ty), k);
             ck_assert_msg(!kq || (!memcmp(m[0], m[1], sizeof m[0]) && !memcmp(mn[0], mn[1], sizeof mn[0])),
                           "%s k=%d: mins differ", lm_type_name(ty), k);
+            if (kq) { /* and as the VNNI groups read it, against decode and prepare */
+                static qrow_buf direct;
+                qrow_init(&direct);
+                ck_assert(lm_row_k_prepare(ty, row, k, &direct.r));
+                ck_assert(lm_trow_prepare_avx512(&buf.r));
+                ck_assert_msg(!memcmp(direct.s8, buf.s8, (size_t)k) &&
+                                  !memcmp(direct.corr16, buf.corr16, (size_t)k / 16 * sizeof *buf.corr16) &&
+                                  !memcmp(direct.sc4, buf.sc4, (size_t)k / 4 * sizeof *buf.sc4) &&
+                                  !memcmp(direct.mn, buf.mn, (size_t)k / 16 * sizeof *buf.mn) &&
+                                  !memcmp(direct.d, buf.d, (size_t)k / 256 * sizeof *buf.d) &&
+                                  !memcmp(direct.m, buf.m, (size_t)k / 256 * sizeof *buf.m) &&
+                                  direct.r.type == ty && direct.r.k == k,
+                              "%s k=%d: prepared rows differ", lm_type_name(ty), k);
+            }
             free(row);
         }
 }
