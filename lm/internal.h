@@ -79,7 +79,7 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 /* qrow_vbmi.c: one token through a Q4_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
-float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a);
+float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a); /* Q4_0, Q5_0 */
 
 /* qrow_k.c: 1..LM_ROW_K_TOKENS tokens through a Q4_K, Q5_K or Q6_K row (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8

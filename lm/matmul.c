@@ -253,7 +253,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
         if (nt == 1 && s->acts[t0].windows) {
-            out[(size_t)t0 * rows + i] = lm_row_q4_0_vbmi(row, k, &s->acts[t0]);
+            out[(size_t)t0 * rows + i] = lm_row_b32_vbmi(w->type, row, k, &s->acts[t0]);
             continue;
         }
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
@@ -287,7 +287,7 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
             lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
-        if (n_tok == 1 && s->vbmi && w->type == LM_Q4_0) /* read row by row (qrow_vbmi.c) */
+        if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
             lm_act_windows(&s->acts[t]);
     }
     if (grouped) {

@@ -1,6 +1,6 @@
 /*
- * lm/qrow_vbmi.c - one token through a Q4_0 row read front to back, where
- * the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
+ * lm/qrow_vbmi.c - one token through a Q4_0 or Q5_0 row read front to
+ * back, where the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
  *
  * Generating a token reads every weight once, so the kernel must finish a
  * row faster than memory delivers it, and read in the order the hardware
@@ -13,7 +13,9 @@
  * then codes 16-31), so two vpdpbusd give 4 lanes per block, and three
  * rounds of pairwise sums give 16 blocks' exact sums in lanes 0-15.  Those
  * take lm_dot_b32_scalar's float steps (block b into lane b % 16, then the
- * lane tree), so the result is bitwise the scalar one.
+ * lane tree), so the result is bitwise the scalar one.  Q5_0 windows are
+ * 88 bytes; their fifth bits are gathered by two more byte permutes, one
+ * qh byte to each code's byte, and tested into masks that add 16.
  */
 #include "internal.h"
 #include "simd.h"
@@ -56,49 +58,90 @@ static inline __mmask64 first_bytes(int64_t n)
 }
 
 /*
- * Window j (blocks 4j..4j+3, the first `live` of them in the row): the
- * exact sums of each block in lanes 4i..4i+3, and the blocks' f16 scales
- * merged into words 4(j % 4)..+3 of *sc.
+ * Window j (blocks 4j..4j+3, the first `live` of them in the row) of a
+ * Q4_0 (18-byte blocks: f16 scale, 16 bytes of nibbles) or Q5_0 row
+ * (22-byte blocks: f16 scale, 4 bytes of fifth bits, then the nibbles):
+ * the exact sums of each block in lanes 4i..4i+3, and the blocks' f16
+ * scales merged into words 4(j % 4)..+3 of *sc.
  */
-VBMI static INLINE __m512i window_sums(const uint8_t *row, const act_row *a, int64_t j, int live,
+VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act_row *a, int64_t j, int live,
                                        __m512i *sc)
 {
-    /* nibbles of block i at bytes 18i+2..18i+17 of the window; bytes past 63 come from
-       the second load, which starts at byte 8 so as to end with the window */
-    const __m512i nib = _mm512_set_epi8(
+    /* Q4_0: nibbles of block i at bytes 18i+2..18i+17 of the window; bytes past 63 come
+       from the second load, which starts at byte 8 so as to end with the window.
+       Q5_0: at bytes 22i+6..22i+21; the second load starts at byte 24. */
+    const __m512i nib4 = _mm512_set_epi8(
         127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
         53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38,
         35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
         17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
-    const __m512i scale = _mm512_set_epi8(
+    const __m512i nib5 = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        105, 104, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50,
+        43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
+    const __m512i scale4 = _mm512_set_epi8(
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         55, 54, 37, 36, 19, 18, 1, 0, 55, 54, 37, 36, 19, 18, 1, 0,
         55, 54, 37, 36, 19, 18, 1, 0, 55, 54, 37, 36, 19, 18, 1, 0);
+    const __m512i scale5 = _mm512_set_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        107, 106, 45, 44, 23, 22, 1, 0, 107, 106, 45, 44, 23, 22, 1, 0,
+        107, 106, 45, 44, 23, 22, 1, 0, 107, 106, 45, 44, 23, 22, 1, 0);
+    const int q5 = t == LM_Q5_0, bs = q5 ? 22 : 18, second = q5 ? 24 : 8;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const uint8_t *w = row + 72 * j;
+    const __mmask64 words = (__mmask64)0xff << (8 * (j % 4));
+    const uint8_t *w = row + (size_t)(4 * bs) * j;
     __m512i lo_bytes, hi_bytes;
     if (live == 4) {
         lo_bytes = _mm512_loadu_si512(w);
-        hi_bytes = _mm512_loadu_si512(w + 8);
-    } else { /* the row's last 1-3 blocks, all in the first load: nothing past them is read */
-        lo_bytes = _mm512_maskz_loadu_epi8(first_bytes(18 * live), w);
-        hi_bytes = _mm512_setzero_si512();
+        hi_bytes = _mm512_loadu_si512(w + second);
+    } else { /* the row's last 1-3 blocks: nothing past them is read */
+        int n = bs * live;
+        if (n < 64) {
+            lo_bytes = _mm512_maskz_loadu_epi8(first_bytes(n), w);
+            hi_bytes = _mm512_setzero_si512();
+        } else { /* three Q5_0 blocks: 66 bytes */
+            lo_bytes = _mm512_loadu_si512(w);
+            hi_bytes = _mm512_maskz_loadu_epi8(first_bytes(n - second), w + second);
+        }
     }
-    __m512i x = _mm512_permutex2var_epi8(lo_bytes, nib, hi_bytes);
-    *sc = _mm512_mask_permutexvar_epi8(*sc, (__mmask64)0xff << (8 * (j % 4)), scale, lo_bytes);
+    __m512i x = _mm512_permutex2var_epi8(lo_bytes, q5 ? nib5 : nib4, hi_bytes);
+    if (q5)
+        *sc = _mm512_mask_mov_epi8(*sc, words, _mm512_permutex2var_epi8(lo_bytes, scale5, hi_bytes));
+    else
+        *sc = _mm512_mask_permutexvar_epi8(*sc, words, scale4, lo_bytes);
     __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+    if (q5) { /* bit j of a block's qh is the fifth bit of its code j: 0-15 low nibbles, 16-31 high */
+        const __m512i qh_lo = _mm512_set_epi8(
+            109, 109, 109, 109, 109, 109, 109, 109, 108, 108, 108, 108, 108, 108, 108, 108,
+            47, 47, 47, 47, 47, 47, 47, 47, 46, 46, 46, 46, 46, 46, 46, 46,
+            25, 25, 25, 25, 25, 25, 25, 25, 24, 24, 24, 24, 24, 24, 24, 24,
+            3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+        const __m512i qh_hi = _mm512_set_epi8(
+            111, 111, 111, 111, 111, 111, 111, 111, 110, 110, 110, 110, 110, 110, 110, 110,
+            49, 49, 49, 49, 49, 49, 49, 49, 48, 48, 48, 48, 48, 48, 48, 48,
+            27, 27, 27, 27, 27, 27, 27, 27, 26, 26, 26, 26, 26, 26, 26, 26,
+            5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4);
+        /* byte 16i + j of x: the qh byte holding bit j (or 16 + j) of block i, tested at bit j % 8 */
+        const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll), m10 = _mm512_set1_epi8(0x10);
+        __mmask64 mlo = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(lo_bytes, qh_lo, hi_bytes), bit);
+        __mmask64 mhi = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(lo_bytes, qh_hi, hi_bytes), bit);
+        lo = _mm512_mask_add_epi8(lo, mlo, lo, m10);
+        hi = _mm512_mask_add_epi8(hi, mhi, hi, m10);
+    }
     __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->ncw + 16 * j), lo, _mm512_loadu_si512(a->qw + 128 * j));
     return _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(a->qw + 128 * j + 64));
 }
 
 /* Blocks b..b+m-1 (m <= 16, b a multiple of 16) scaled into acc's lanes 0..m-1. */
-VBMI static INLINE __m512 step(const uint8_t *row, const act_row *a, int64_t b, int m, __m512 acc)
+VBMI static INLINE __m512 step(uint32_t t, const uint8_t *row, const act_row *a, int64_t b, int m, __m512 acc)
 {
     __m512i v[4], sc = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int jj = 0; jj < 4; jj++) {
         int live = m - 4 * jj;
-        v[jj] = live > 0 ? window_sums(row, a, b / 4 + jj, live < 4 ? live : 4, &sc) : _mm512_setzero_si512();
+        v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc) : _mm512_setzero_si512();
     }
     __m512i sums = pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
@@ -109,30 +152,36 @@ VBMI static INLINE __m512 step(const uint8_t *row, const act_row *a, int64_t b, 
     return _mm512_mask3_fmadd_ps(dd, _mm512_cvtepi32_ps(sums), acc, lanes);
 }
 
-/* a: laid out by lm_act_windows. */
-VBMI float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a)
+VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
 {
     const int64_t nb = k / 32;
+    const size_t bs = t == LM_Q5_0 ? 22 : 18;
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(row + 18 * b, 18 * 16);
-        acc = step(row, a, b, 16, acc);
+        lm_prefetch_ahead(row + bs * b, bs * 16);
+        acc = step(t, row, a, b, 16, acc);
     }
     if (b < nb) {
-        lm_prefetch_ahead(row + 18 * b, (size_t)(18 * (nb - b)));
-        acc = step(row, a, b, (int)(nb - b), acc);
+        lm_prefetch_ahead(row + bs * b, (size_t)(bs * (nb - b)));
+        acc = step(t, row, a, b, (int)(nb - b), acc);
     }
     return hsum16_avx512(acc);
+}
+
+/* a: laid out by lm_act_windows, for the row's type. */
+VBMI float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
+{
+    return t == LM_Q5_0 ? row_b32(LM_Q5_0, row, k, a) : row_b32(LM_Q4_0, row, k, a);
 }
 
 #else
 
 int lm_cpu_vbmi(void) { return 0; }
 
-float lm_row_q4_0_vbmi(const uint8_t *row, int64_t k, const act_row *a)
+float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
 {
-    (void)row, (void)k, (void)a;
+    (void)t, (void)row, (void)k, (void)a;
     return 0.0f; /* never called: lm_cpu_vbmi() is 0 */
 }
 

@@ -117,39 +117,42 @@ START_TEST(test_rows16_bitwise)
 END_TEST
 
 /*
- * One token through a Q4_0 row read in 4-block windows (qrow_vbmi.c),
- * against the scalar dot, for every row length from 1 to K / 32 = 24 blocks:
- * tails of every length after no full 16-block step, then after one, and
- * windows cut after 1, 2 or 3 blocks.  Each row ends its allocation, so a
- * read past it shows under the sanitizers.
+ * One token through a Q4_0 or Q5_0 row read in 4-block windows
+ * (qrow_vbmi.c), against the scalar dot, for every row length from 1 to
+ * K / 32 = 24 blocks: tails of every length after no full 16-block step,
+ * then after one, and windows cut after 1, 2 or 3 blocks.  Each row ends
+ * its allocation, so a read past it shows under the sanitizers.
  */
-START_TEST(test_row_q4_0_vbmi_bitwise)
+START_TEST(test_row_b32_vbmi_bitwise)
 {
     if (!lm_cpu_vbmi())
         return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0};
     static uint8_t act[K * 8];
     static float x[K];
     static qrow_buf ref;
     uint64_t seed = 23;
     for (int i = 0; i < K; i++)
         x[i] = sinf((float)i * 0.29f) * (float)(1 + i % 3);
-    for (int nb = 1; nb <= K / 32; nb++) {
-        int k = 32 * nb;
-        size_t rb = lm_row_bytes(LM_Q4_0, k);
-        uint8_t *row = malloc(rb);
-        ck_assert(row != NULL);
-        random_row(LM_Q4_0, row, rb, &seed);
-        act_row ar;
-        lm_quantize_act(LM_Q4_0, x, act, k);
-        lm_act_layout(LM_Q8_0, k, &ar, act);
-        lm_act_windows(&ar);
-        float got = lm_row_q4_0_vbmi(row, k, &ar);
-        qrow_init(&ref);
-        lm_qrow_decode_scalar(&ref.r, LM_Q4_0, row, k);
-        float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
-        ck_assert_msg(!memcmp(&got, &want, 4), "%d blocks: %a vs scalar %a", nb, got, want);
-        free(row);
-    }
+    for (int ti = 0; ti < 2; ti++)
+        for (int nb = 1; nb <= K / 32; nb++) {
+            uint32_t ty = types[ti];
+            int k = 32 * nb;
+            size_t rb = lm_row_bytes(ty, k);
+            uint8_t *row = malloc(rb);
+            ck_assert(row != NULL);
+            random_row(ty, row, rb, &seed);
+            act_row ar;
+            lm_quantize_act(ty, x, act, k);
+            lm_act_layout(LM_Q8_0, k, &ar, act);
+            lm_act_windows(&ar);
+            float got = lm_row_b32_vbmi(ty, row, k, &ar);
+            qrow_init(&ref);
+            lm_qrow_decode_scalar(&ref.r, ty, row, k);
+            float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
+            ck_assert_msg(!memcmp(&got, &want, 4), "%s, %d blocks: %a vs scalar %a", lm_type_name(ty), nb, got, want);
+            free(row);
+        }
 }
 END_TEST
 
@@ -551,7 +554,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_rows16_bitwise);
     tcase_add_test(tc, test_rows16_amx_bitwise);
-    tcase_add_test(tc, test_row_q4_0_vbmi_bitwise);
+    tcase_add_test(tc, test_row_b32_vbmi_bitwise);
     tcase_add_test(tc, test_row_k_bitwise);
     tcase_add_test(tc, test_rows16_put_raw_bitwise);
     tcase_add_test(tc, test_matmul_paths_bitwise);
