@@ -224,7 +224,7 @@ AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_
         }
         __m512i c[4], sc[4];
         __m256i mn;
-        lm_prefetch_ahead(blk + (size_t)i * bs, bs);
+        lm_prefetch_ahead(blk + (size_t)i * bs, bs); /* block by block: four at once was slower from DRAM */
         block_codes(t, blk + (size_t)i * bs, c);
         block_scales(t, &q, i, sc, &mn);
         for (int j = 0; j < n; j++)
@@ -289,12 +289,9 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
         float dd[8];
         _mm256_storeu_ps(dd, q.dd);
         d[b] = dd[0], m[b] = dd[1];
-        __m256i mins = _mm256_setzero_si256();
-        if (t != LM_Q6_K)
-            mins = _mm512_castsi512_si256(_mm512_permutexvar_epi16(
-                _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 14, 14, 13, 13, 12, 12, 11, 11,
-                                 10, 10, 9, 9, 8, 8),
-                q.s16[0]));
+        __m512i unused[4];
+        __m256i mins;
+        block_scales(t, &q, 0, unused, &mins);
         _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
         for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
             __m512i idx = t == LM_Q6_K ? _mm512_set_epi16(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3,
