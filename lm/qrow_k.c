@@ -316,15 +316,13 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
 }
 
 /*
- * A K-quant row straight into what qgemm.c's VNNI groups read (the bytes
- * lm_qrow_decode and lm_trow_prepare leave): signed codes, -128 times the
- * sum of every 16, the scale of every 4 codes, the min of every 16, and
- * the super-block factors.
+ * A K-quant row straight into what qgemm.c's VNNI groups read: the codes,
+ * scale of every 4 codes, min of every 16 and super-block factors that
+ * lm_qrow_decode leaves, then lm_trow_prepare_avx512's signed codes and
+ * corrections from them.
  */
 AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
 {
-    const int off = t == LM_Q6_K ? 32 : 0;
-    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         lm_prefetch_ahead(blk, bs);
@@ -334,22 +332,13 @@ AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *r
         float dd[8];
         _mm256_storeu_ps(dd, q.dd);
         r->d[b] = dd[0], r->m[b] = dd[1];
-        __m512i c[4], s8x8[4];
+        __m512i c[4];
         block_codes(t, blk, c);
-        for (int z = 0; z < 4; z++) {
-            _mm512_storeu_si512(r->s8 + b * 256 + 64 * z, _mm512_sub_epi8(c[z], _mm512_set1_epi8((char)off)));
-            s8x8[z] = _mm512_sad_epu8(c[z], _mm512_setzero_si512()); /* sums of 8 codes + off */
-        }
-        __m512i s16a = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[0], ev, s8x8[1]),
-                                        _mm512_permutex2var_epi64(s8x8[0], od, s8x8[1]));
-        __m512i s16b = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[2], ev, s8x8[3]),
-                                        _mm512_permutex2var_epi64(s8x8[2], od, s8x8[3]));
-        __m512i sums = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(s16a)),
-                                          _mm512_cvtepi64_epi32(s16b), 1);
-        sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(16 * off)); /* sums of 16 signed codes */
-        _mm512_storeu_si512(r->corr16 + b * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+        for (int z = 0; z < 4; z++)
+            _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
     }
     r->type = t, r->k = k;
+    lm_trow_prepare_avx512(r);
 }
 
 AVX512 int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
