@@ -269,6 +269,23 @@ AVX512 void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act
 }
 
 /*
+ * Super-block b of a row read alone, for the batch paths: prefetched (rows
+ * go in file order, so this reads the next ones), its scales unpacked into
+ * *q, its codes into c, its factors into d[b] and m[b].
+ */
+AVX512 static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64_t b, kquad *q, __m512i c[4],
+                                    float *d, float *m)
+{
+    const uint8_t *blk = row + (size_t)b * bs;
+    lm_prefetch_ahead(blk, bs);
+    decode_quad(t, blk, bs, 1, q);
+    block_codes(t, blk, c);
+    float dd[8];
+    _mm256_storeu_ps(dd, q->dd);
+    d[b] = dd[0], m[b] = dd[1];
+}
+
+/*
  * A K-quant row straight into the form the AMX tiles take (lm_rows16_put's
  * bytes): each code minus its offset times its group scale, v, as lo =
  * v & 127 and hi = v >> 7; the super-block factors d and dmin; the min of
@@ -280,15 +297,9 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
 {
     const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
     for (int64_t b = 0; b < k / 256; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        lm_prefetch_ahead(blk, bs); /* rows are put in file order: this reads the next ones */
         kquad q;
-        decode_quad(t, blk, bs, 1, &q);
         __m512i c[4];
-        block_codes(t, blk, c);
-        float dd[8];
-        _mm256_storeu_ps(dd, q.dd);
-        d[b] = dd[0], m[b] = dd[1];
+        one_block(t, bs, row, b, &q, c, d, m);
         __m512i unused[4];
         __m256i mins;
         block_scales(t, &q, 0, unused, &mins);
@@ -324,16 +335,10 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
 AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
 {
     for (int64_t b = 0; b < k / 256; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        lm_prefetch_ahead(blk, bs);
         kquad q;
-        decode_quad(t, blk, bs, 1, &q);
-        kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-        float dd[8];
-        _mm256_storeu_ps(dd, q.dd);
-        r->d[b] = dd[0], r->m[b] = dd[1];
         __m512i c[4];
-        block_codes(t, blk, c);
+        one_block(t, bs, row, b, &q, c, r->d, r->m);
+        kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
         for (int z = 0; z < 4; z++)
             _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
     }
