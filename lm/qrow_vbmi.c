@@ -118,11 +118,7 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
             47, 47, 47, 47, 47, 47, 47, 47, 46, 46, 46, 46, 46, 46, 46, 46,
             25, 25, 25, 25, 25, 25, 25, 25, 24, 24, 24, 24, 24, 24, 24, 24,
             3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-        const __m512i qh_hi = _mm512_set_epi8(
-            111, 111, 111, 111, 111, 111, 111, 111, 110, 110, 110, 110, 110, 110, 110, 110,
-            49, 49, 49, 49, 49, 49, 49, 49, 48, 48, 48, 48, 48, 48, 48, 48,
-            27, 27, 27, 27, 27, 27, 27, 27, 26, 26, 26, 26, 26, 26, 26, 26,
-            5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4);
+        const __m512i qh_hi = _mm512_add_epi8(qh_lo, _mm512_set1_epi8(2)); /* bits 16-31: two bytes on */
         /* byte 16i + j of x: the qh byte holding bit j (or 16 + j) of block i, tested at bit j % 8 */
         const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll), m10 = _mm512_set1_epi8(0x10);
         __mmask64 mlo = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(lo_bytes, qh_lo, hi_bytes), bit);
