@@ -4,13 +4,15 @@
  * llama.cpp does, see qdot.c); then rows of the weight matrix are split
  * across OpenMP threads and go through the kernel that suits the batch:
  *   one token     16 short rows at a time, or one row at a time, straight
- *                 from the mapped weights (qdot_simd.c); Q4_0 rows front to
- *                 back with byte permutes where the CPU has VBMI (qrow_vbmi.c);
- *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c);
- *   a batch       16 rows at a time, each decoded once, against groups of
- *                 16 tokens (qgemm.c), so a prompt reads each weight once
- *                 per 256 tokens; with AMX, the 16 rows go into tiles
- *                 (qgemm_amx.c); outputs are stored token by token;
+ *                 from the mapped weights (qdot_simd.c; K-quants qrow_k.c);
+ *                 Q4_0 and Q5_0 rows front to back with byte permutes where
+ *                 the CPU has VBMI (qrow_vbmi.c);
+ *   a few tokens  one row against up to 8 tokens, decoded once (qdot_simd.c,
+ *                 qrow_k.c);
+ *   a batch       16 rows at a time, two by two, each decoded once, against
+ *                 groups of 16 tokens (qgemm.c), so a prompt reads each
+ *                 weight once per 256 tokens; with AMX, the 16 rows go into
+ *                 tiles (qgemm_amx.c); outputs are stored token by token;
  *   otherwise     the row decoded into the thread's qrow, lm_qrow_dot per token.
  * Every kernel computes each output element exactly as lm_qrow_dot's scalar
  * reference does, so batched and token-by-token evaluation, any thread
@@ -22,6 +24,7 @@
 
 #define TOKEN_BLOCK 64
 #define GROUPED_BLOCK (4 * TOKEN_BLOCK) /* the grouped kernels decode a row once a block */
+#define QROWS 2 /* qrows a thread holds: the VNNI groups take two rows a call */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,13 +81,13 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     size_t f32 = lm_act_row_bytes(LM_F32, max_k), q8 = lm_act_row_bytes(LM_Q8_0, max_k);
     s->act_cap = (size_t)max_tok * (f32 > q8 ? f32 : q8); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
-    s->rows = calloc(2 * (size_t)n_threads, sizeof *s->rows);
+    s->rows = calloc(QROWS * (size_t)n_threads, sizeof *s->rows);
     s->outs = calloc((size_t)n_threads, sizeof *s->outs);
     s->stage = calloc((size_t)n_threads, sizeof *s->stage);
     s->acts = calloc((size_t)max_tok, sizeof *s->acts);
     if (!s->act || !s->rows || !s->outs || !s->stage || !s->acts)
         return -1;
-    for (int i = 0; i < 2 * n_threads; i++)
+    for (int i = 0; i < QROWS * n_threads; i++)
         if (qrow_alloc(&s->rows[i], max_k))
             return -1;
     for (int i = 0; i < n_threads; i++) {
@@ -103,7 +106,7 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 
 void mm_scratch_free(mm_scratch *s)
 {
-    for (int i = 0; s->rows && i < 2 * s->n_threads; i++) {
+    for (int i = 0; s->rows && i < QROWS * s->n_threads; i++) {
         qrow *r = &s->rows[i];
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
         free(r->s8), free(r->corr16);
@@ -145,13 +148,13 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const int tid = omp_get_thread_num();
-    qrow *r = &s->rows[2 * tid];
-    const qrow *pair[2] = {r, r + 1};
+    qrow *r = &s->rows[QROWS * tid];
+    const qrow *pair[QROWS] = {r, r + 1};
     float *stage = s->stage[tid];
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
-        for (int m = 0; m < 16; m += 2) { /* two rows at a time share the token loads */
-            for (int i = 0; i < 2; i++) {
+        for (int m = 0; m < 16; m += QROWS) { /* two rows at a time share the token loads */
+            for (int i = 0; i < QROWS; i++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
                 if (lm_row_k_prepare(w->type, row, k, &r[i]))
                     continue;
@@ -164,8 +167,8 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
                 const tgroup *g[4];
                 for (int j = 0; j < ng; j++)
                     g[j] = &s->groups[c0 / 16 + j];
-                float *o[2] = {stage + m * GROUPED_BLOCK + (c0 - t0), stage + (m + 1) * GROUPED_BLOCK + (c0 - t0)};
-                lm_trow_groups_avx512(pair, 2, g, ng, o);
+                float *o[QROWS] = {stage + m * GROUPED_BLOCK + (c0 - t0), stage + (m + 1) * GROUPED_BLOCK + (c0 - t0)};
+                lm_trow_groups_avx512(pair, QROWS, g, ng, o);
             }
         }
         lm_store_rows16(stage, GROUPED_BLOCK, out + (size_t)t0 * rows + c * 16, (size_t)rows, nt);
@@ -207,7 +210,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
             lm_rows16_point_q8_0(p, (const uint8_t *)w->data + (size_t)c * 16 * rb, rb);
         else
             for (int m = 0; m < 16; m++)
-                rows16_put(p, m, w, c * 16 + m, s, &s->rows[2 * tid]);
+                rows16_put(p, m, w, c * 16 + m, s, &s->rows[QROWS * tid]);
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
             float *o = out + (size_t)g0 * rows + c * 16;
@@ -247,7 +250,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
-    qrow *r = &s->rows[2 * tid];
+    qrow *r = &s->rows[QROWS * tid];
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static)
     for (int64_t i = r0; i < rows; i++) {
