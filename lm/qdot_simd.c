@@ -7,8 +7,10 @@
  *             Q5_K and Q6_K rows into unsigned codes;
  *   dots      AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
  *             the offset correction; each block's sum scaled into 16 float
- *             lanes (32-element blocks) or one sum (K-quants).  Several
- *             tokens go through qgemm.c instead.
+ *             lanes (32-element blocks) or one sum (K-quants).  Rows read
+ *             straight from the weights against up to 8 tokens: 32-element
+ *             blocks here, K-quants in qrow_k.c; groups of 16 tokens go
+ *             through qgemm.c.
  * Other architectures and older x86 CPUs use the scalar paths.
  */
 #include "internal.h"
