@@ -371,6 +371,7 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
     __m512 rows[16];
     for (int m = 0; m < 16; m++) {
         __m512 lanes[16];
+#pragma GCC unroll 16
         for (int l = 0; l < 16; l++)
             lanes[l] = _mm512_load_ps(acc + (m * 16 + l) * 16);
         rows[m] = hsum16_lanes(lanes);

@@ -76,8 +76,10 @@ AVX512 static INLINE __m512i pair_sums(__m512i x, __m512i y)
 AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
 {
     __m512 t8[8], t4[4];
+#pragma GCC unroll 8 /* t8, t4 and the caller's a[] stay in registers */
     for (int i = 0; i < 8; i++)
         t8[i] = _mm512_add_ps(a[i], a[i + 8]);
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
     return _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
