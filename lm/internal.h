@@ -135,7 +135,7 @@ typedef struct rows16 {
 /* Q4_0/Q5_0/Q8_0 rows of this many blocks or more go through the AMX tiles
    lane by lane (k = 2048: 22% faster; k = 896: 15% slower than in order) */
 #define LANE_WALK_BLOCKS 48
-#define LM_AMX_SCRATCH (16 * 16 * 16 + 16 * 16) /* floats: lane sums and one tile */
+#define LM_AMX_SCRATCH (16 * 16 * 16 + 2 * 16 * 16) /* floats: lane sums and two tiles */
 int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this process */
 int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k set. */

@@ -214,10 +214,18 @@ AMX void lm_amx_end(void) { _tile_release(); }
  */
 AMX void lm_amx_begin(uint32_t type)
 {
-    const int span = lm_act_type(type) == LM_Q8_0 ? 32 : 64;
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
+    if (lm_act_type(type) == LM_Q8_0) { /* blocks_piped's tiles */
+        for (int t = 0; t < 4; t++)
+            cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C: [16 rows][16 tokens] int32 */
+        cfg.rows[4] = cfg.rows[5] = 16, cfg.colsb[4] = cfg.colsb[5] = 32; /* A: [16 rows][32 codes] */
+        cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;  /* B: [8][16 tokens][4] */
+        __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+        return;
+    }
+    const int span = 64;
     for (int set = 0; set < 2; set++) {
         cfg.rows[3 * set] = 16, cfg.colsb[3 * set] = 64;              /* C: [16 rows][16 tokens] int32 */
         cfg.rows[3 * set + 1] = 16, cfg.colsb[3 * set + 1] = (uint16_t)span; /* A: [16 rows][span codes] */
@@ -276,9 +284,13 @@ typedef struct lane_walk {
     int l;
 } lane_walk;
 
-static INLINE int64_t walk_next(const lane_walk *w)
+/* The block after w's: the next of its lane, or the first of the next lane. */
+static INLINE void walk_step(lane_walk *w)
 {
-    return w->b + 16 < w->nb ? w->b + 16 : w->l + 1;
+    if (w->b + 16 < w->nb)
+        w->b += 16;
+    else
+        w->b = ++w->l;
 }
 
 AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g, const int32_t *c,
@@ -306,47 +318,73 @@ AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g
         _tile_dpbssd(C, A, B);                                         \
     } while (0)
 
-/* All blocks in order, each scaled into its lanes in acc. */
-AMX static void blocks_in_order(const rows16 *r, const tgroup *g, float *acc, int32_t *c)
-{
-    const int64_t nb = r->k / 32;
-    TILE_BLOCK(0, 1, 2, r, g, 0);
-    for (int64_t b = 0; b < nb; b += 2) { /* even blocks in tiles 0-2, odd ones in 3-5 */
-        if (b + 1 < nb)
-            TILE_BLOCK(3, 4, 5, r, g, b + 1);
-        _tile_stored(0, c, 64);
-        block_scale(r, g, b, c, acc);
-        if (b + 2 < nb)
-            TILE_BLOCK(0, 1, 2, r, g, b + 2);
-        if (b + 1 < nb) {
-            _tile_stored(3, c, 64);
-            block_scale(r, g, b + 1, c, acc);
-        }
-    }
-}
+/* The next block in the walk's order into tile C, while blocks are left to issue. */
+#define TILE_NEXT(C, A, B)                                     \
+    do {                                                       \
+        if (left > 0) {                                        \
+            left--;                                            \
+            TILE_BLOCK(C, A, B, r, g, by_lane ? iw.b : iw.b);  \
+            if (by_lane)                                       \
+                walk_step(&iw);                                \
+            else                                               \
+                iw.b++;                                        \
+        }                                                      \
+    } while (0)
 
-/* All blocks lane by lane (lane_walk), each lane kept in registers until its last block. */
-AMX static void blocks_by_lane(const rows16 *r, const tgroup *g, float *acc, int32_t *c)
+/* Tile C's sums (of the oldest block in flight) into c, then the next block into C. */
+#define TILE_TURN(C, A, B, c)      \
+    do {                           \
+        _tile_stored(C, c, 64);    \
+        TILE_NEXT(C, A, B);        \
+    } while (0)
+
+/*
+ * All blocks, each scaled into its lanes: in block order, its lane in acc
+ * (by_lane 0), or lane by lane (lane_walk), each lane kept in registers
+ * until its last block (1).  Each lane adds its blocks in block order
+ * either way.  Four blocks are in flight in C tiles 0-3 (A tiles 4, 5 and
+ * B tiles 6, 7 in turn): a block's sums are stored three multiplies after
+ * its own was issued, so the vector unit scaling them does not wait.
+ */
+AMX static INLINE void blocks_piped(const rows16 *r, const tgroup *g, float *acc, int32_t *c,
+                                    int by_lane)
 {
     const int64_t nb = r->k / 32;
+    int32_t *c0 = c, *c1 = c + 256;
     __m512 lane[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++)
         lane[m] = _mm512_setzero_ps();
-    lane_walk w = {nb, 0, 0};
-    TILE_BLOCK(0, 1, 2, r, g, 0);
-    for (int64_t i = 0; i < nb; i += 2) { /* even steps in tiles 0-2, odd ones in 3-5 */
-        if (i + 1 < nb)
-            TILE_BLOCK(3, 4, 5, r, g, walk_next(&w));
-        _tile_stored(0, c, 64);
-        walk_scale(&w, r, g, c, lane, acc);
+    lane_walk w = {nb, 0, 0}, iw = w; /* the block to scale next; to issue next */
+    int64_t left = nb;
+    TILE_NEXT(0, 4, 6);
+    TILE_NEXT(1, 5, 7);
+    TILE_NEXT(2, 4, 6);
+    TILE_NEXT(3, 5, 7);
+#define SCALE(c)                                          \
+    do {                                                  \
+        if (by_lane)                                      \
+            walk_scale(&w, r, g, c, lane, acc);           \
+        else                                              \
+            block_scale(r, g, w.b++, c, acc);             \
+    } while (0)
+    for (int64_t i = 0; i < nb; i += 4) {
+        TILE_TURN(0, 4, 6, c0);
+        SCALE(c0);
         if (i + 1 >= nb)
             break;
-        if (i + 2 < nb)
-            TILE_BLOCK(0, 1, 2, r, g, walk_next(&w));
-        _tile_stored(3, c, 64);
-        walk_scale(&w, r, g, c, lane, acc);
+        TILE_TURN(1, 5, 7, c1);
+        SCALE(c1);
+        if (i + 2 >= nb)
+            break;
+        TILE_TURN(2, 4, 6, c0);
+        SCALE(c0);
+        if (i + 3 >= nb)
+            break;
+        TILE_TURN(3, 5, 7, c1);
+        SCALE(c1);
     }
+#undef SCALE
 }
 
 /*
@@ -365,9 +403,9 @@ AMX int lm_rows16_group_amx(const rows16 *r, const tgroup *g, float *out, size_t
     for (int m = 0; nb < 16 && m < 16; m++) /* lanes no block reaches */
         memset(acc + (m * 16 + nb) * 16, 0, (size_t)(16 - nb) * 16 * sizeof *acc);
     if (nb >= LANE_WALK_BLOCKS)
-        blocks_by_lane(r, g, acc, c);
+        blocks_piped(r, g, acc, c, 1);
     else
-        blocks_in_order(r, g, acc, c);
+        blocks_piped(r, g, acc, c, 0);
     __m512 rows[16];
     for (int m = 0; m < 16; m++) {
         __m512 lanes[16];

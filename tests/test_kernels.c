@@ -281,12 +281,15 @@ START_TEST(test_rows16_amx_bitwise)
     for (int t = 0; t < 8; t++)
         for (int i = 0; i < KMAX; i++)
             x[t][i] = sinf((float)(i * (t + 2)) * 0.29f) * (float)(1 + (i + t) % 5);
-    /* 24, 23 and 15 blocks: lanes wrap, or some stay 0; 64 and 63, past
-       LANE_WALK_BLOCKS: blocks taken lane by lane, every lane 4 or 3 deep */
-    static const int widths[] = {K, K - 32, 480, KMAX, KMAX - 32};
+    /* 24 to 21 and 15 blocks: lanes wrap, or some stay 0; 64 to 61, past
+       LANE_WALK_BLOCKS: blocks taken lane by lane, every lane 4 or 3 deep;
+       1 to 3 blocks.  Every count mod 4, for the four blocks in flight. */
+    static const int widths[] = {K,    K - 32,    K - 64,    K - 96, 480, 32, 64, 96,
+                                 KMAX, KMAX - 32, KMAX - 64, KMAX - 96};
+    const int nw = (int)(sizeof widths / sizeof widths[0]);
     ck_assert_int_ge(KMAX / 32 - 1, LANE_WALK_BLOCKS);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (int wi = 0; wi < 5; wi++) {
+        for (int wi = 0; wi < nw; wi++) {
             uint32_t ty = types[ti];
             int k = widths[wi];
             if (k % lm_type_block(ty))
