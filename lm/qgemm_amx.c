@@ -284,10 +284,12 @@ typedef struct lane_walk {
     int l;
 } lane_walk;
 
-/* The block after w's: the next of its lane, or the first of the next lane. */
-static INLINE void walk_step(lane_walk *w)
+/* The block after w's: the next one (by_lane 0); the next of its lane, or the next lane's first. */
+static INLINE void walk_step(lane_walk *w, int by_lane)
 {
-    if (w->b + 16 < w->nb)
+    if (!by_lane)
+        w->b++;
+    else if (w->b + 16 < w->nb)
         w->b += 16;
     else
         w->b = ++w->l;
@@ -297,16 +299,14 @@ AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g
                                   __m512 lane[16], float *acc)
 {
     lane_scale(r, g, w->b, c, lane);
-    if (w->b + 16 < w->nb) {
-        w->b += 16;
-        return;
-    }
+    if (w->b + 16 >= w->nb) { /* the lane's last block */
 #pragma GCC unroll 16
-    for (int m = 0; m < 16; m++) {
-        _mm512_store_ps(acc + (m * 16 + w->l) * 16, lane[m]);
-        lane[m] = _mm512_setzero_ps();
+        for (int m = 0; m < 16; m++) {
+            _mm512_store_ps(acc + (m * 16 + w->l) * 16, lane[m]);
+            lane[m] = _mm512_setzero_ps();
+        }
     }
-    w->b = ++w->l;
+    walk_step(w, 1);
 }
 
 /* Block j (32 codes) of the 16 rows times that of the 16 tokens, into tile C. */
@@ -323,11 +323,8 @@ AMX static INLINE void walk_scale(lane_walk *w, const rows16 *r, const tgroup *g
     do {                                                       \
         if (left > 0) {                                        \
             left--;                                            \
-            TILE_BLOCK(C, A, B, r, g, by_lane ? iw.b : iw.b);  \
-            if (by_lane)                                       \
-                walk_step(&iw);                                \
-            else                                               \
-                iw.b++;                                        \
+            TILE_BLOCK(C, A, B, r, g, iw.b);                   \
+            walk_step(&iw, by_lane);                           \
         }                                                      \
     } while (0)
 
@@ -361,12 +358,14 @@ AMX static INLINE void blocks_piped(const rows16 *r, const tgroup *g, float *acc
     TILE_NEXT(1, 5, 7);
     TILE_NEXT(2, 4, 6);
     TILE_NEXT(3, 5, 7);
-#define SCALE(c)                                          \
-    do {                                                  \
-        if (by_lane)                                      \
-            walk_scale(&w, r, g, c, lane, acc);           \
-        else                                              \
-            block_scale(r, g, w.b++, c, acc);             \
+#define SCALE(c)                                \
+    do {                                        \
+        if (by_lane) {                          \
+            walk_scale(&w, r, g, c, lane, acc); \
+        } else {                                \
+            block_scale(r, g, w.b, c, acc);     \
+            walk_step(&w, 0);                   \
+        }                                       \
     } while (0)
     for (int64_t i = 0; i < nb; i += 4) {
         TILE_TURN(0, 4, 6, c0);
