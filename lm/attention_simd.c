@@ -58,6 +58,18 @@ AVX512 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
     return i;
 }
 
+/* sum[j] = the sum of (double)(x * x) over row j of 8 (n floats each), in order, one row a lane. */
+AVX512 void lm_sumsq8_avx512(const float *x, int n, double sum[8])
+{
+    const __m256i rows = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(n));
+    __m512d acc = _mm512_setzero_pd();
+    for (int i = 0; i < n; i++) {
+        __m256 v = _mm256_i32gather_ps(x + i, rows, 4);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    }
+    _mm512_storeu_pd(sum, acc);
+}
+
 /* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */
 AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
@@ -405,6 +417,11 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size
 }
 
 #else
+void lm_sumsq8_avx512(const float *x, int n, double sum[8])
+{
+    (void)x, (void)n, (void)sum; /* never called: no AVX-512 here */
+}
+
 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;

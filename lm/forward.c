@@ -258,6 +258,16 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
     add_bias(c->v, L->bv, n, c->v_dim);
 }
 
+/* out = RMSNorm(x) * w for n tokens, eight at a time (lm_rmsnorm_rows). */
+static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w, int n)
+{
+    const int E = c->m->hp.n_embd;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+    for (int t = 0; t < n; t += 8)
+        lm_rmsnorm_rows(out + (size_t)t * E, x + (size_t)t * E, w->data, n - t < 8 ? n - t : 8, E,
+                        c->m->hp.rms_eps, c->mm.isa);
+}
+
 /* Per-head RMSNorm (qwen3, gemma3), RoPE, q scaling, and the cache write. */
 static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
 {
@@ -298,13 +308,8 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
 
 static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
 {
-    const lm_model *m = c->m;
-    const lm_hparams *hp = &m->hp;
-    const lm_layer *L = &m->layers[il];
-    const int E = hp->n_embd;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
-    for (int t = 0; t < n; t++)
-        lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm->data, E, hp->rms_eps);
+    const lm_layer *L = &c->m->layers[il];
+    norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     position_qk(c, kv, L, il, n, pos0);
     attention(c, kv, il, n, pos0);
@@ -339,13 +344,8 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
 
 static void ffn_block(lm_ctx *c, int il, int n)
 {
-    const lm_model *m = c->m;
-    const lm_hparams *hp = &m->hp;
-    const lm_layer *L = &m->layers[il];
-    const int E = hp->n_embd;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
-    for (int t = 0; t < n; t++)
-        lm_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm->data, E, hp->rms_eps);
+    const lm_layer *L = &c->m->layers[il];
+    norm_rows(c, c->xb, c->x, L->ffn_norm, n);
     gated_ffn(c, L, n);
     lm_matmul(c->proj, L->w_down, c->hb, n, &c->mm);
     residual(c, c->proj, L->post_ffn_norm, n);
@@ -397,9 +397,7 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
 {
     const lm_model *m = c->m;
     const int E = m->hp.n_embd;
-    for (int t = first; t < n; t++)
-        lm_rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm->data, E,
-                   m->hp.rms_eps);
+    norm_rows(c, c->xb, c->x + (size_t)first * E, m->output_norm, n - first);
     lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
     float cap = m->hp.final_softcap;
     if (cap > 0)

@@ -205,6 +205,8 @@ void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok,
 /* ---- attention.c ---- */
 void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps, int isa);
+void lm_sumsq8_avx512(const float *x, int n, double sum[8]);
 void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v);
 /* One query head of a group sharing a KV head: keys lo..pos of the cache. */
 typedef struct lm_attq {

@@ -484,6 +484,27 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* RMSNorm eight rows at a time (one row a lane) gives each row lm_rmsnorm's bytes. */
+START_TEST(test_rmsnorm_rows_bitwise)
+{
+    enum { R = 19, N = 577 };
+    static float x[R * N], w[N], got[R * N], want[R * N];
+    for (int i = 0; i < R * N; i++) /* magnitudes far apart, so the order of the sums shows */
+        x[i] = sinf((float)i * 0.77f) * (i % 13 == 0 ? 3e3f : 0.3f);
+    for (int i = 0; i < N; i++)
+        w[i] = 1.0f + 0.01f * (float)(i % 17);
+    static const int dims[] = {N, 64, 7};
+    for (int di = 0; di < 3; di++)
+        for (int rows = 1; rows <= R; rows += 3) {
+            int n = dims[di];
+            lm_rmsnorm_rows(got, x, w, rows, n, 1e-5f, lm_cpu_isa());
+            for (int r = 0; r < rows; r++)
+                lm_rmsnorm(want + (size_t)r * n, x + (size_t)r * n, w, n, 1e-5f);
+            ck_assert_msg(!memcmp(got, want, (size_t)rows * n * sizeof *got), "n %d rows %d", n, rows);
+        }
+}
+END_TEST
+
 /* Portable attention of one head, step for step as lm_attend_head without the fast path. */
 static void attend_ref(const float *q, const float *k, const float *v, int lo, int pos, int hd,
                        float scale, float cap, float *scores, float *out)
@@ -567,5 +588,6 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_attention_fast_bitwise);
+    tcase_add_test(tc, test_rmsnorm_rows_bitwise);
     return tc;
 }
