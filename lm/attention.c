@@ -59,11 +59,12 @@ static const float *rope_factors(const lm_model *m, int n_ctx)
 }
 
 /*
- * Rotates n_heads heads in place.  theta follows ggml's recurrence in float
- * (theta_i = pos * base^(-2i/n_rot) by repeated multiplication) so that our
- * rounding matches llama.cpp's, not just its math.
+ * The rotation of position pos in layer il: cs[i], sn[i] for the n_rot / 2
+ * pairs.  theta follows ggml's recurrence in float (theta_i = pos *
+ * base^(-2i/n_rot) by repeated multiplication) so that our rounding matches
+ * llama.cpp's, not just its math.
  */
-void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx)
+void lm_rope_angles(const lm_model *m, int il, int pos, int n_ctx, float *cs, float *sn)
 {
     const lm_hparams *hp = &m->hp;
     int swa = lm_layer_swa(m, il);
@@ -71,17 +72,25 @@ void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, in
     float scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
     const float *ff = rope_factors(m, n_ctx);
     const float theta_scale = powf(base, -2.0f / (float)hp->n_rot), mscale = hp->rope_attn_factor;
-    const int half = hp->n_rot / 2, neox = m->rope_style == LM_ROPE_NEOX;
     float theta = (float)pos;
-    for (int i = 0; i < half; i++, theta *= theta_scale) {
+    for (int i = 0; i < hp->n_rot / 2; i++, theta *= theta_scale) {
         float t = scale * (ff ? theta / ff[i] : theta);
-        float cs = cosf(t) * mscale, sn = sinf(t) * mscale;
+        cs[i] = cosf(t) * mscale, sn[i] = sinf(t) * mscale;
+    }
+}
+
+/* Rotates n_heads heads in place by those angles (NORM or NEOX pairing). */
+void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const float *cs,
+                   const float *sn)
+{
+    const int half = m->hp.n_rot / 2, neox = m->rope_style == LM_ROPE_NEOX;
+    for (int i = 0; i < half; i++) {
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         for (int hh = 0; hh < n_heads; hh++) {
             float *x = h + (size_t)hh * head_dim;
             float x0 = x[a], x1 = x[b];
-            x[a] = x0 * cs - x1 * sn;
-            x[b] = x0 * sn + x1 * cs;
+            x[a] = x0 * cs[i] - x1 * sn[i];
+            x[b] = x0 * sn[i] + x1 * cs[i];
         }
     }
 }

@@ -42,6 +42,8 @@ struct lm_ctx {
     float **scratch;     /* per thread: a head converted from an f16 cache */
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
+    float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
+    int rope_pos0, rope_n, rope_swa, rope_ctx; /* what they were computed for; rope_n -1: nothing */
 };
 
 static float *alloc_floats(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
@@ -107,9 +109,13 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     size_t qkv = (size_t)c->q_dim + (size_t)c->k_dim + (size_t)c->v_dim;
     c->hb = alloc_floats(ub * (qkv > (size_t)hp->n_ff ? qkv : (size_t)hp->n_ff)); /* also fused qkv */
     c->hb2 = alloc_floats(ub * 2 * (size_t)hp->n_ff);                           /* also [gate | up] */
+    c->rope_cs = alloc_floats(ub * (size_t)(hp->n_rot / 2));
+    c->rope_sn = alloc_floats(ub * (size_t)(hp->n_rot / 2));
+    c->rope_n = -1;
     c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
     c->scores = calloc((size_t)c->n_threads, sizeof *c->scores);
     if (!c->x || !c->xb || !c->proj || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 ||
+        !c->rope_cs || !c->rope_sn ||
         !c->scratch || !c->scores)
         goto oom;
     int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
@@ -148,6 +154,8 @@ void lm_ctx_free(lm_ctx *c)
     free(c->v);
     free(c->att);
     free(c->hb);
+    free(c->rope_cs);
+    free(c->rope_sn);
     free(c->hb2);
     free(c);
 }
@@ -268,23 +276,43 @@ static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w,
                         c->m->hp.rms_eps, c->mm.isa);
 }
 
+/*
+ * The rotations of positions pos0..pos0+n-1 in layer il.  They depend on
+ * the layer only through its sliding window (its own base), so the layers
+ * after the first mostly find them already there.
+ */
+static void rope_tables(lm_ctx *c, int il, int n, int pos0, int n_ctx)
+{
+    const lm_model *m = c->m;
+    const int swa = lm_layer_swa(m, il), half = m->hp.n_rot / 2;
+    if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_swa == swa && c->rope_ctx == n_ctx)
+        return;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+    for (int t = 0; t < n; t++)
+        lm_rope_angles(m, il, pos0 + t, n_ctx, c->rope_cs + (size_t)t * half,
+                       c->rope_sn + (size_t)t * half);
+    c->rope_n = n, c->rope_pos0 = pos0, c->rope_swa = swa, c->rope_ctx = n_ctx;
+}
+
 /* Per-head RMSNorm (qwen3, gemma3), RoPE, q scaling, and the cache write. */
 static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
 {
     const lm_model *m = c->m;
     const lm_hparams *hp = &m->hp;
-    const int hd = hp->head_dim;
+    const int hd = hp->head_dim, half = hp->n_rot / 2;
+    rope_tables(c, il, n, pos0, kv->n_ctx);
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
     for (int t = 0; t < n; t++) {
         float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->k_dim;
+        const float *cs = c->rope_cs + (size_t)t * half, *sn = c->rope_sn + (size_t)t * half;
         if (L->q_norm) {
             for (int h = 0; h < hp->n_head; h++)
                 lm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm->data, hd, hp->rms_eps);
             for (int h = 0; h < hp->n_head_kv; h++)
                 lm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm->data, hd, hp->rms_eps);
         }
-        lm_rope(q, pos0 + t, hp->n_head, hd, m, il, kv->n_ctx);
-        lm_rope(k, pos0 + t, hp->n_head_kv, hd, m, il, kv->n_ctx);
+        lm_rope_apply(m, q, hp->n_head, hd, cs, sn);
+        lm_rope_apply(m, k, hp->n_head_kv, hd, cs, sn);
         if (m->arch->flags & ARCH_Q_PRESCALE)
             for (int i = 0; i < c->q_dim; i++)
                 q[i] *= hp->attn_scale;

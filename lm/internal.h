@@ -203,7 +203,9 @@ void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scr
 void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
 
 /* ---- attention.c ---- */
-void lm_rope(float *h, int pos, int n_heads, int head_dim, const lm_model *m, int il, int n_ctx);
+void lm_rope_angles(const lm_model *m, int il, int pos, int n_ctx, float *cs, float *sn);
+void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const float *cs,
+                   const float *sn);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps, int isa);
 void lm_sumsq8_avx512(const float *x, int n, double sum[8]);
