@@ -248,9 +248,9 @@ static void add_bias(float *x, const lm_tensor *b, int n, int dim)
 static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
 {
     if (!L->wqkv) {
-        lm_matmul(c->q, L->wq, c->xb, n, &c->mm);
-        lm_matmul_same_x(c->k, L->wk, c->xb, n, &c->mm);
-        lm_matmul_same_x(c->v, L->wv, c->xb, n, &c->mm);
+        float *outs[] = {c->q, c->k, c->v};
+        const lm_tensor *ws[] = {L->wq, L->wk, L->wv};
+        lm_matmul_many(outs, ws, 3, c->xb, n, &c->mm);
     } else {
         int all = c->q_dim + c->k_dim + c->v_dim;
         lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
@@ -351,8 +351,9 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
     const lm_model *m = c->m;
     const int F = m->hp.n_ff, gelu = m->arch->flags & ARCH_GELU;
     if (L->w_gate) {
-        lm_matmul(c->hb, L->w_gate, c->xb, n, &c->mm);
-        lm_matmul_same_x(c->hb2, L->w_up, c->xb, n, &c->mm);
+        float *outs[] = {c->hb, c->hb2};
+        const lm_tensor *ws[] = {L->w_gate, L->w_up};
+        lm_matmul_many(outs, ws, 2, c->xb, n, &c->mm);
     } else {
         lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
         for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */

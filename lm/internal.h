@@ -186,7 +186,7 @@ typedef struct mm_scratch {
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
     float **amx_scratch;
     uint32_t prep_type; /* the weight type, width and tokens the activations were last */
-    int64_t prep_k;     /* rounded for (lm_matmul_same_x) */
+    int64_t prep_k;     /* rounded for (lm_matmul_many) */
     int prep_n;
 } mm_scratch;
 
@@ -196,11 +196,13 @@ void mm_scratch_free(mm_scratch *s);
 /* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
 /*
- * The same for an x equal to the last call's: x's rounded activations are
- * used again when w takes the same ones (same vec_dot_type and code offset),
- * as Q, K and V do, and gate and up.
+ * outs[j] = ws[j] times x for j < nw <= MM_MANY (Q, K and V; gate and up),
+ * in one parallel region: x's rounded activations are used again when the
+ * next matrix takes the same ones (same vec_dot_type and code offset).
  */
-void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
+#define MM_MANY 3
+void lm_matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
+                    int n_tok, mm_scratch *s);
 
 /* ---- attention.c ---- */
 void lm_rope_angles(const lm_model *m, int il, int pos, int n_ctx, float *cs, float *sn);

@@ -236,7 +236,7 @@ static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
     if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || s->acts[0].windows)
         return 0;
     const size_t rb = lm_row_bytes(w->type, k);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t g = 0; g < rows / 16; g++)
         lm_rows16_avx512(w->type, (const uint8_t *)w->data + (size_t)g * 16 * rb, rb, k, &s->acts[0], out + g * 16);
     return rows / 16 * 16;
@@ -252,7 +252,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const int tid = omp_get_thread_num();
     qrow *r = &s->rows[QROWS * tid];
     float *tmp = s->outs[tid];
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
         if (nt == 1 && s->acts[t0].windows) {
@@ -301,40 +301,67 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
     }
 }
 
-static void matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s, int same_x)
+/* w times the rounded activations, by the threads of the enclosing region (outputs only). */
+static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, mm_scratch *s)
 {
-    const int64_t rows = w->ne[1];
+    /* token blocks keep their activations in L2 while every row passes; the
+       grouped kernels decode a row once a block, so their blocks are longer */
+    const int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
+    const int tiles = grouped && s->amx;
+    int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
+    for (int t0 = 0; t0 < n_tok; t0 += block) {
+        int nb = n_tok - t0 < block ? n_tok - t0 : block;
+        int64_t first = tiles ? rows16_times_groups(out, w, t0, nb, s)
+                        : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
+                                  : r0;
+        rows_times_tokens(out, w, first, t0, nb, s);
+    }
+}
+
+/* Several tokens through a quantized matrix go 16 at a time (qgemm.c). */
+static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
+{
     const int atype = lm_act_type(w->type);
-    int nt = rows < 64 ? 1 : s->n_threads;
-    /* several tokens through a quantized matrix: 16 at a time (qgemm.c) */
-    const int grouped = s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= 10;
-    const int reuse = same_x && prep_fits(s, w, n_tok);
-    s->prep_type = w->type, s->prep_k = w->ne[0], s->prep_n = n_tok;
+    return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= 10;
+}
+
+/*
+ * ws[0..nw) times the same x into outs[0..nw), in one parallel region: the
+ * activations are rounded again only when a matrix needs other ones, and
+ * only then do the threads wait for each other between matrices (the
+ * kernels' loops end without a barrier).
+ */
+static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
+                        int n_tok, mm_scratch *s)
+{
+    int reuse[MM_MANY];
+    for (int j = 0; j < nw; j++) {
+        reuse[j] = j > 0 && prep_fits(s, ws[j], n_tok);
+        s->prep_type = ws[j]->type, s->prep_k = ws[j]->ne[0], s->prep_n = n_tok;
+    }
+    int nt = s->n_threads;
+    if (nw == 1 && ws[0]->ne[1] < 64)
+        nt = 1;
 #pragma omp parallel num_threads(nt)
-    {
-        if (!reuse)
-            round_acts(w, x, n_tok, grouped, s);
-        /* token blocks keep their activations in L2 while every row passes; the
-           grouped kernels decode a row once a block, so their blocks are longer */
-        const int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
-        const int tiles = grouped && s->amx;
-        int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
-        for (int t0 = 0; t0 < n_tok; t0 += block) {
-            int nb = n_tok - t0 < block ? n_tok - t0 : block;
-            int64_t first = tiles ? rows16_times_groups(out, w, t0, nb, s)
-                            : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
-                                      : r0;
-            rows_times_tokens(out, w, first, t0, nb, s);
+    for (int j = 0; j < nw; j++) {
+        const int grouped = is_grouped(ws[j], n_tok, s);
+        if (!reuse[j]) {
+            if (j > 0) { /* the last matrix's kernels may still read the activations */
+#pragma omp barrier
+            }
+            round_acts(ws[j], x, n_tok, grouped, s);
         }
+        matmul_rows(outs[j], ws[j], n_tok, grouped, s);
     }
 }
 
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
 {
-    matmul(out, w, x, n_tok, s, 0);
+    matmul_many(&out, &w, 1, x, n_tok, s);
 }
 
-void lm_matmul_same_x(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
+void lm_matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
+                    int n_tok, mm_scratch *s)
 {
-    matmul(out, w, x, n_tok, s, 1);
+    matmul_many(outs, ws, nw, x, n_tok, s);
 }
