@@ -215,7 +215,7 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
     const int group = hp->n_head / hp->n_head_kv, per_kv = group * n;
     const int chunks = attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax);
     const int jobs = hp->n_head_kv * chunks;
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic)
+#pragma omp for schedule(dynamic)
     for (int job = 0; job < jobs; job++) {
         int kh = job / chunks, part = job % chunks, tid = omp_get_thread_num();
         int r0 = (int)((int64_t)per_kv * part / chunks);
@@ -239,6 +239,7 @@ static void add_bias(float *x, const lm_tensor *b, int n, int dim)
     if (!b)
         return;
     const float *bd = b->data;
+#pragma omp for schedule(static)
     for (int t = 0; t < n; t++)
         for (int i = 0; i < dim; i++)
             x[(size_t)t * dim + i] += bd[i];
@@ -254,6 +255,7 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
     } else {
         int all = c->q_dim + c->k_dim + c->v_dim;
         lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
+#pragma omp for schedule(static)
         for (int t = 0; t < n; t++) {
             const float *r = c->hb + (size_t)t * all;
             memcpy(c->q + (size_t)t * c->q_dim, r, (size_t)c->q_dim * sizeof *r);
@@ -270,7 +272,7 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
 static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w, int n)
 {
     const int E = c->m->hp.n_embd;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+#pragma omp for schedule(static)
     for (int t = 0; t < n; t += 8)
         lm_rmsnorm_rows(out + (size_t)t * E, x + (size_t)t * E, w->data, n - t < 8 ? n - t : 8, E,
                         c->m->hp.rms_eps, c->mm.isa);
@@ -287,10 +289,11 @@ static void rope_tables(lm_ctx *c, int il, int n, int pos0, int n_ctx)
     const int swa = lm_layer_swa(m, il), half = m->hp.n_rot / 2;
     if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_swa == swa && c->rope_ctx == n_ctx)
         return;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+#pragma omp for schedule(static)
     for (int t = 0; t < n; t++)
         lm_rope_angles(m, il, pos0 + t, n_ctx, c->rope_cs + (size_t)t * half,
                        c->rope_sn + (size_t)t * half);
+#pragma omp single /* after every thread has read the old key, above */
     c->rope_n = n, c->rope_pos0 = pos0, c->rope_swa = swa, c->rope_ctx = n_ctx;
 }
 
@@ -301,7 +304,7 @@ static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, 
     const lm_hparams *hp = &m->hp;
     const int hd = hp->head_dim, half = hp->n_rot / 2;
     rope_tables(c, il, n, pos0, kv->n_ctx);
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+#pragma omp for schedule(static)
     for (int t = 0; t < n; t++) {
         float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->k_dim;
         const float *cs = c->rope_cs + (size_t)t * half, *sn = c->rope_sn + (size_t)t * half;
@@ -324,7 +327,7 @@ static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, 
 static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
 {
     const int E = c->m->hp.n_embd;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+#pragma omp for schedule(static)
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm)
@@ -356,17 +359,19 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
         lm_matmul_many(outs, ws, 2, c->xb, n, &c->mm);
     } else {
         lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
+#pragma omp single
         for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */
             memcpy(c->hb + (size_t)t * F, c->hb2 + (size_t)t * 2 * F, (size_t)F * sizeof(float));
             memmove(c->hb2 + (size_t)t * F, c->hb2 + (size_t)t * 2 * F + F, (size_t)F * sizeof(float));
         }
     }
     if (!gelu) {
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= PAR_TOKENS)
+#pragma omp for schedule(static)
         for (int t = 0; t < n; t++)
             lm_silu_mul(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, (size_t)F, c->mm.isa);
         return;
     }
+#pragma omp for schedule(static)
     for (size_t i = 0; i < (size_t)n * F; i++)
         c->hb[i] = lm_gelu(m, c->hb[i]) * c->hb2[i];
 }
@@ -429,9 +434,11 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
     norm_rows(c, c->xb, c->x + (size_t)first * E, m->output_norm, n - first);
     lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
     float cap = m->hp.final_softcap;
-    if (cap > 0)
+    if (cap > 0) {
+#pragma omp for schedule(static)
         for (size_t i = 0; i < (size_t)(n - first) * (size_t)m->hp.n_vocab; i++)
             logits[i] = cap * tanhf(logits[i] / cap);
+    }
 }
 
 static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0,
@@ -439,16 +446,24 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
 {
     if (embed(c, tokens, n, e))
         return -1;
+    int halt = 0;
+    /* One region for the whole pass: its steps share the threads through
+       worksharing loops and barriers, cheaper than a fork and join a step. */
+#pragma omp parallel num_threads(c->n_threads)
     for (int il = 0; il < c->m->hp.n_layer; il++) {
-        if (stop && *stop) {
-            lm_seterr(e, "interrupted");
-            return -1;
-        }
+#pragma omp single /* every thread sees the same answer */
+        halt = stop && *stop;
+        if (halt)
+            break;
         attention_block(c, kv, il, n, pos0);
         ffn_block(c, il, n);
+        if (il + 1 == c->m->hp.n_layer && want_first < n)
+            output_logits(c, want_first, n, logits);
     }
-    if (want_first < n)
-        output_logits(c, want_first, n, logits);
+    if (halt) {
+        lm_seterr(e, "interrupted");
+        return -1;
+    }
     return 0;
 }
 

@@ -185,9 +185,6 @@ typedef struct mm_scratch {
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
     float **amx_scratch;
-    uint32_t prep_type; /* the weight type, width and tokens the activations were last */
-    int64_t prep_k;     /* rounded for (lm_matmul_many) */
-    int prep_n;
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);
@@ -196,11 +193,11 @@ void mm_scratch_free(mm_scratch *s);
 /* out[t][r] = dot(row r of w, x[t]) for t < n_tok, r < rows of w. */
 void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s);
 /*
- * outs[j] = ws[j] times x for j < nw <= MM_MANY (Q, K and V; gate and up),
- * in one parallel region: x's rounded activations are used again when the
- * next matrix takes the same ones (same vec_dot_type and code offset).
+ * outs[j] = ws[j] times x for j < nw (Q, K and V; gate and up), in one
+ * parallel region: x's rounded activations are used again when the next
+ * matrix takes the same ones (same vec_dot_type and code offset).  Inside
+ * a parallel region, all its threads call it together (lm_matmul too).
  */
-#define MM_MANY 3
 void lm_matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
                     int n_tok, mm_scratch *s);
 

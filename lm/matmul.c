@@ -271,12 +271,11 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     }
 }
 
-/* Whether the activations rounded last (for s->prep_type) serve w as they are. */
-static int prep_fits(const mm_scratch *s, const lm_tensor *w, int n_tok)
+/* Whether the activations rounded for a serve b as they are. */
+static int acts_fit(const lm_tensor *a, const lm_tensor *b)
 {
-    return s->prep_n == n_tok && s->prep_k == w->ne[0] &&
-           lm_act_type(s->prep_type) == lm_act_type(w->type) &&
-           lm_code_offset(s->prep_type) == lm_code_offset(w->type);
+    return a->ne[0] == b->ne[0] && lm_act_type(a->type) == lm_act_type(b->type) &&
+           lm_code_offset(a->type) == lm_code_offset(b->type);
 }
 
 /* x rounded to w's vec_dot_type, token by token, and laid out in groups of 16 when grouped. */
@@ -326,26 +325,17 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 }
 
 /*
- * ws[0..nw) times the same x into outs[0..nw), in one parallel region: the
- * activations are rounded again only when a matrix needs other ones, and
- * only then do the threads wait for each other between matrices (the
- * kernels' loops end without a barrier).
+ * ws[0..nw) times the same x into outs[0..nw), by the threads of the
+ * enclosing region: the activations are rounded again only when a matrix
+ * needs other ones, and only then do the threads wait for each other
+ * between matrices (the kernels' loops end without a barrier).
  */
 static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
                         int n_tok, mm_scratch *s)
 {
-    int reuse[MM_MANY];
-    for (int j = 0; j < nw; j++) {
-        reuse[j] = j > 0 && prep_fits(s, ws[j], n_tok);
-        s->prep_type = ws[j]->type, s->prep_k = ws[j]->ne[0], s->prep_n = n_tok;
-    }
-    int nt = s->n_threads;
-    if (nw == 1 && ws[0]->ne[1] < 64)
-        nt = 1;
-#pragma omp parallel num_threads(nt)
     for (int j = 0; j < nw; j++) {
         const int grouped = is_grouped(ws[j], n_tok, s);
-        if (!reuse[j]) {
+        if (j == 0 || !acts_fit(ws[j - 1], ws[j])) {
             if (j > 0) { /* the last matrix's kernels may still read the activations */
 #pragma omp barrier
             }
@@ -355,13 +345,25 @@ static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, 
     }
 }
 
-void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
-{
-    matmul_many(&out, &w, 1, x, n_tok, s);
-}
-
+/*
+ * Inside a parallel region (lm_decode's), every thread of it must call
+ * this, and the outputs are complete when it returns; outside, it opens a
+ * region of its own.
+ */
 void lm_matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
                     int n_tok, mm_scratch *s)
 {
+    if (omp_in_parallel()) {
+        matmul_many(outs, ws, nw, x, n_tok, s);
+#pragma omp barrier
+        return;
+    }
+    const int nt = nw == 1 && ws[0]->ne[1] < 64 ? 1 : s->n_threads;
+#pragma omp parallel num_threads(nt)
     matmul_many(outs, ws, nw, x, n_tok, s);
+}
+
+void lm_matmul(float *out, const lm_tensor *w, const float *x, int n_tok, mm_scratch *s)
+{
+    lm_matmul_many(&out, &w, 1, x, n_tok, s);
 }
