@@ -29,9 +29,6 @@
 #define UBATCH_MIN 128
 #define UBATCH_MAX 256
 #define UBATCH_BYTES (32u << 20)
-/* Token loops outside the matmuls (norms, RoPE, residuals, SiLU) share the
-   threads from this many tokens on; a token takes the same steps either way. */
-#define PAR_TOKENS 16
 
 struct lm_ctx {
     const lm_model *m;
