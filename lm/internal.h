@@ -111,7 +111,8 @@ typedef struct tgroup {
 } tgroup;
 
 size_t lm_tgroup_bytes(int64_t k);
-void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, void *base);
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, int isa,
+                     void *base);
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 /* nr <= 2 rows of one type against ng <= 4 groups: out[i][16 * j + t] */
 int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out);

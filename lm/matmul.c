@@ -296,7 +296,7 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
 #pragma omp for schedule(static)
         for (int g = 0; g < (n_tok + 15) / 16; g++)
             lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
-                            s->amx, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
+                            s->amx, s->isa, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
     }
 }
 

@@ -48,13 +48,44 @@ static void tgroup_layout(tgroup *g, int64_t k, void *base)
  * are in s8 when amx (for the tiles' signed multiply): each kernel reads one.
  * The sums of 16 codes go in pairs, so one vpmaddwd weighs two groups' mins.
  */
-void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, void *base)
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * The codes of lm_tgroup_build, 64 codes of the 16 tokens a step: their
+ * words are a 16 x 16 block, transposed in registers (not word by word).
+ */
+AVX512 static int tgroup_codes_avx512(uint8_t *dst, const act_row *a, int n, int64_t k, int amx)
+{
+    const __m512i flip = _mm512_set1_epi32(amx ? 0 : (int)0x80808080u); /* each byte + 128 */
+    for (int64_t e = 0; e < k; e += 64) {
+        const int words = k - e >= 64 ? 16 : (int)(k - e) / 4;
+        const __mmask16 live = (__mmask16)((1u << words) - 1);
+        __m512 rows[16], cols[16];
+        for (int t = 0; t < TG; t++)
+            rows[t] = _mm512_castsi512_ps(
+                t < n ? _mm512_maskz_loadu_epi32(live, a[t].qs + e) : _mm512_setzero_si512());
+        transpose16(rows, cols);
+        for (int j = 0; j < words; j++)
+            _mm512_storeu_si512(dst + (e / 4 + j) * TG * 4, _mm512_xor_si512(_mm512_castps_si512(cols[j]), flip));
+    }
+    return 1;
+}
+#else
+static int tgroup_codes_avx512(uint8_t *dst, const act_row *a, int n, int64_t k, int amx)
+{
+    (void)dst, (void)a, (void)n, (void)k, (void)amx;
+    return 0;
+}
+#endif
+
+void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, int amx, int isa,
+                     void *base)
 {
     const int64_t nb = k / (atype == LM_Q8_K ? QK_K : 32);
     tgroup_layout(g, k, base);
+    const int fast = isa >= LM_ISA_AVX512 && tgroup_codes_avx512(g->q, a, n, k, amx);
     for (int t = 0; t < TG; t++) {
         const act_row *r = t < n ? &a[t] : NULL;
-        for (int64_t e = 0; e < k; e += 4) { /* a word of 4 codes at a time */
+        for (int64_t e = 0; !fast && e < k; e += 4) { /* a word of 4 codes at a time */
             uint32_t w = 0;
             if (r)
                 memcpy(&w, r->qs + e, 4);

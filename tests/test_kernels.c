@@ -23,8 +23,8 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
     static float d2[KMAX / 32], m2[KMAX / 32];
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
-    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, 0, mem[0]);
-    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, 0, mem[1]);
+    lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, 0, lm_cpu_isa(), mem[0]);
+    lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, 0, lm_cpu_isa(), mem[1]);
     ck_assert(lm_trow_prepare_avx512(r));
     qrow twice = *r; /* shares the codes */
     twice.d = d2, twice.m = m2;
@@ -314,7 +314,7 @@ START_TEST(test_rows16_amx_bitwise)
             }
             tgroup g;
             ck_assert_uint_le(lm_tgroup_bytes(k), sizeof gmem);
-            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, 1, gmem);
+            lm_tgroup_build(&g, lm_act_type(ty), ar, 8, k, 1, lm_cpu_isa(), gmem);
             float got[256];
             int mins = lm_k_has_mins(ty);
             lm_amx_begin(ty);
