@@ -20,6 +20,7 @@ void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++)
         sum += (double)(x[i] * x[i]);
     float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+#pragma omp simd /* -O2 leaves plain loops scalar; each element is computed alone */
     for (int i = 0; i < n; i++)
         out[i] = x[i] * scale * w[i];
 }
@@ -40,6 +41,7 @@ void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n
             for (int j = 0; j < 8; j++) {
                 const float *xj = x + (size_t)(r + j) * n;
                 float *oj = out + (size_t)(r + j) * n, scale = 1.0f / sqrtf((float)(sum[j] / n) + eps);
+#pragma omp simd
                 for (int i = 0; i < n; i++)
                     oj[i] = xj[i] * scale * w[i];
             }
@@ -83,14 +85,22 @@ void lm_rope_angles(const lm_model *m, int il, int pos, int n_ctx, float *cs, fl
 void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const float *cs,
                    const float *sn)
 {
-    const int half = m->hp.n_rot / 2, neox = m->rope_style == LM_ROPE_NEOX;
-    for (int i = 0; i < half; i++) {
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        for (int hh = 0; hh < n_heads; hh++) {
-            float *x = h + (size_t)hh * head_dim;
-            float x0 = x[a], x1 = x[b];
-            x[a] = x0 * cs[i] - x1 * sn[i];
-            x[b] = x0 * sn[i] + x1 * cs[i];
+    const int half = m->hp.n_rot / 2;
+    for (int hh = 0; hh < n_heads; hh++) {
+        float *x = h + (size_t)hh * head_dim;
+        if (m->rope_style == LM_ROPE_NEOX) { /* pairs (i, i + half): contiguous, in vectors */
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                float x0 = x[i], x1 = x[i + half];
+                x[i] = x0 * cs[i] - x1 * sn[i];
+                x[i + half] = x0 * sn[i] + x1 * cs[i];
+            }
+            continue;
+        }
+        for (int i = 0; i < half; i++) { /* pairs (2i, 2i + 1) */
+            float x0 = x[2 * i], x1 = x[2 * i + 1];
+            x[2 * i] = x0 * cs[i] - x1 * sn[i];
+            x[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
         }
     }
 }

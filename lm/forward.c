@@ -329,6 +329,7 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm)
             lm_rmsnorm(o, o, post_norm->data, E, c->m->hp.rms_eps);
+#pragma omp simd
         for (int i = 0; i < E; i++)
             x[i] += o[i];
     }
