@@ -237,9 +237,12 @@ static void add_bias(float *x, const lm_tensor *b, int n, int dim)
         return;
     const float *bd = b->data;
 #pragma omp for schedule(static)
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
+        float *xt = x + (size_t)t * dim;
+#pragma omp simd
         for (int i = 0; i < dim; i++)
-            x[(size_t)t * dim + i] += bd[i];
+            xt[i] += bd[i];
+    }
 }
 
 /* Q, K, V of n tokens from c->xb: separate matrices or one fused [q | k | v]. */
