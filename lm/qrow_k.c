@@ -92,6 +92,7 @@ AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t of
 /* Four super-blocks' scales, unpacked together. */
 typedef struct kquad {
     __m512i s16[2]; /* blocks 2h, 2h+1 in words 0-15, 16-31: scales 0-7 and mins 8-15 (Q6_K: 16 scales) */
+    __m512i s8;     /* block i's scales in bytes 0-7 and mins in 8-15 of lane i (Q6_K: 16 scales) */
     __m256 dd;      /* d and dmin of each block in turn (Q6_K: d and 0) */
 } kquad;
 
@@ -99,6 +100,7 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
 {
     if (t == LM_Q6_K) {
         __m512i x = quad_bytes(blk, bs, 192, m);
+        q->s8 = x;
         q->s16[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x));
         q->s16[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1));
         /* d: the high half of the dword ending the block; its low half becomes dmin's 0 */
@@ -108,32 +110,64 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
         return;
     }
     __m512i x = quad_bytes(blk, bs, 0, m), s = six_bit_scales(x);
+    q->s8 = s;
     q->s16[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(s));
     q->s16[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(s, 1));
     __m512i d = _mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), x);
     q->dd = _mm256_cvtph_ps(_mm512_castsi512_si128(d));
 }
 
+/*
+ * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
+ * lane of s8 in every lane, then lane j of chunk z takes scale 2z + j/8
+ * (byte 0 of the dword, the rest 0) and the mins go out as words, each
+ * twice.
+ */
+AVX512 static INLINE void block_scales_k4(const kquad *q, int i, __m512i sc[4], __m256i *mn)
+{
+    const __m512i own = _mm512_shuffle_i32x4(q->s8, q->s8, i * 0x55);
+    const char o = (char)0x80;
+    for (int z = 0; z < 4; z++) { /* listed from byte 63 down: lanes 3 and 2 take scale 2z + 1 */
+        const char a = (char)(2 * z), b = (char)(2 * z + 1);
+        const __m512i idx = _mm512_set_epi8(o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b,
+                                            o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b,
+                                            o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a,
+                                            o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a);
+        sc[z] = _mm512_shuffle_epi8(own, idx);
+    }
+    const __m256i midx = _mm256_set_epi8(o, 15, o, 15, o, 14, o, 14, o, 13, o, 13, o, 12, o, 12,
+                                         o, 11, o, 11, o, 10, o, 10, o, 9, o, 9, o, 8, o, 8);
+    *mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(own), midx);
+}
+
+/*
+ * Q6_K block i's signed scales the same way: lane j of chunk z takes scale
+ * 4z + j/4, put in byte 1 of its dword and shifted down as a word, so the
+ * low word is the scale, sign-extended, and the high word 0.
+ */
+AVX512 static INLINE void block_scales_k6(const kquad *q, int i, __m512i sc[4])
+{
+    const __m512i own = _mm512_shuffle_i32x4(q->s8, q->s8, i * 0x55);
+    const char o = (char)0x80;
+    for (int z = 0; z < 4; z++) {
+        const char a = (char)(4 * z), b = (char)(4 * z + 1), c = (char)(4 * z + 2), d = (char)(4 * z + 3);
+        const __m512i idx = _mm512_set_epi8(o, o, d, o, o, o, d, o, o, o, d, o, o, o, d, o,
+                                            o, o, c, o, o, o, c, o, o, o, c, o, o, o, c, o,
+                                            o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o,
+                                            o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o);
+        sc[z] = _mm512_srai_epi16(_mm512_shuffle_epi8(own, idx), 8);
+    }
+}
+
 /* Block i of a quad: the scale of each lane of chunk z (low word, high word 0) and the mins. */
 AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, __m512i sc[4], __m256i *mn)
 {
-    const __m512i table = q->s16[i / 2];
-    const int w = 16 * (i % 2); /* the block's first word */
-    for (int z = 0; z < 4; z++) {
-        __m512i idx = t == LM_Q6_K /* lane j: group 4z + j/4 of 16 codes; else 2z + j/8 of 32 */
-            ? _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2,
-                               4 * z + 2, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z)
-            : _mm512_set_epi32(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
-                               2 * z + 1, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z);
-        sc[z] = _mm512_maskz_permutexvar_epi16(0x55555555, _mm512_add_epi32(idx, _mm512_set1_epi32(w)), table);
-    }
-    if (t == LM_Q6_K) {
-        *mn = _mm256_setzero_si256();
+    if (t != LM_Q6_K) {
+        block_scales_k4(q, i, sc, mn);
         return;
     }
-    const __m512i mi = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* min of group i: i/2 */
-                                        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-    *mn = _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_add_epi16(mi, _mm512_set1_epi16((short)w)), table));
+    block_scales_k6(q, i, sc);
+    *mn = _mm256_setzero_si256();
 }
 
 /* Block i's scale of every 4 codes as int32 (qrow.sc4) and min of every 16 (qrow.mn). */
