@@ -117,6 +117,17 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
     q->dd = _mm256_cvtph_ps(_mm512_castsi512_si128(d));
 }
 
+/* Lane i (0-3) of x in every lane; the shuffle wants a literal, which -O1 does not fold from i. */
+AVX512 static INLINE __m512i lane_everywhere(__m512i x, int i)
+{
+    switch (i) {
+    case 0: return _mm512_shuffle_i32x4(x, x, 0x00);
+    case 1: return _mm512_shuffle_i32x4(x, x, 0x55);
+    case 2: return _mm512_shuffle_i32x4(x, x, 0xaa);
+    default: return _mm512_shuffle_i32x4(x, x, 0xff);
+    }
+}
+
 /*
  * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
  * lane of s8 in every lane, then lane j of chunk z takes scale 2z + j/8
@@ -125,7 +136,7 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
  */
 AVX512 static INLINE void block_scales_k4(const kquad *q, int i, __m512i sc[4], __m256i *mn)
 {
-    const __m512i own = _mm512_shuffle_i32x4(q->s8, q->s8, i * 0x55);
+    const __m512i own = lane_everywhere(q->s8, i);
     const char o = (char)0x80;
     for (int z = 0; z < 4; z++) { /* listed from byte 63 down: lanes 3 and 2 take scale 2z + 1 */
         const char a = (char)(2 * z), b = (char)(2 * z + 1);
@@ -147,7 +158,7 @@ AVX512 static INLINE void block_scales_k4(const kquad *q, int i, __m512i sc[4], 
  */
 AVX512 static INLINE void block_scales_k6(const kquad *q, int i, __m512i sc[4])
 {
-    const __m512i own = _mm512_shuffle_i32x4(q->s8, q->s8, i * 0x55);
+    const __m512i own = lane_everywhere(q->s8, i);
     const char o = (char)0x80;
     for (int z = 0; z < 4; z++) {
         const char a = (char)(4 * z), b = (char)(4 * z + 1), c = (char)(4 * z + 2), d = (char)(4 * z + 3);
