@@ -389,7 +389,7 @@ AMX static INLINE void blocks_piped(const rows16 *r, const tgroup *g, float *acc
 /*
  * r: 16 prepared rows.  out[ldo * t + m]: row m times token t of g, for the
  * group's first n tokens.
- * scratch: LM_AMX_SCRATCH floats, 64-byte aligned (lane sums, one tile).
+ * scratch: LM_AMX_SCRATCH floats, 64-byte aligned (lane sums, two tiles).
  * Long rows keep a lane in registers over its blocks; short ones (a lane
  * or two of blocks) spend less storing their lanes block by block.
  */
