@@ -14,15 +14,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* out = x / rms * w, rms from the row's sum of squares (in double, as ggml sums them). */
+static void rmsnorm_apply(float *out, const float *x, const float *w, int n, double sum, float eps)
+{
+    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+#pragma omp simd /* -O2 leaves plain loops scalar; each element is computed alone */
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
     double sum = 0.0; /* ggml sums squares in double too */
     for (int i = 0; i < n; i++)
         sum += (double)(x[i] * x[i]);
-    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-#pragma omp simd /* -O2 leaves plain loops scalar; each element is computed alone */
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * scale * w[i];
+    rmsnorm_apply(out, x, w, n, sum, eps);
 }
 
 /*
@@ -38,13 +44,8 @@ void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n
         for (; r + 8 <= rows; r += 8) {
             double sum[8];
             lm_sumsq8_avx512(x + (size_t)r * n, n, sum);
-            for (int j = 0; j < 8; j++) {
-                const float *xj = x + (size_t)(r + j) * n;
-                float *oj = out + (size_t)(r + j) * n, scale = 1.0f / sqrtf((float)(sum[j] / n) + eps);
-#pragma omp simd
-                for (int i = 0; i < n; i++)
-                    oj[i] = xj[i] * scale * w[i];
-            }
+            for (int j = 0; j < 8; j++)
+                rmsnorm_apply(out + (size_t)(r + j) * n, x + (size_t)(r + j) * n, w, n, sum[j], eps);
         }
     for (; r < rows; r++)
         lm_rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps);
