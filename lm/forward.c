@@ -327,11 +327,11 @@ static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, 
 static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
 {
     const int E = c->m->hp.n_embd;
+    if (post_norm) /* in place: a row's sum is taken before it is written */
+        norm_rows(c, out, out, post_norm, n);
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
-        if (post_norm)
-            lm_rmsnorm(o, o, post_norm->data, E, c->m->hp.rms_eps);
 #pragma omp simd
         for (int i = 0; i < E; i++)
             x[i] += o[i];
