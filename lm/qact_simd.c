@@ -28,30 +28,19 @@ AVX512 static INLINE __m128i codes16(__m512 v)
     return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
 }
 
-AVX512 static void quant_b32(const float *x, act_row *r, int64_t b)
-{
-    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-    float amax = _mm512_reduce_max_ps(abs_max16(x1, abs_max16(x0, _mm512_setzero_ps())));
-    float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    __m512 vid = _mm512_set1_ps(id);
-    _mm_storeu_si128((__m128i *)(r->qs + b * 32), codes16(_mm512_mul_ps(x0, vid)));
-    _mm_storeu_si128((__m128i *)(r->qs + b * 32 + 16), codes16(_mm512_mul_ps(x1, vid)));
-    r->d[b] = lm_f16_to_f32(lm_f32_to_f16(d));
-    r->s[b] = 0.0f;
-}
-
 /*
- * quant_b32 for 16 blocks at once: their maxima meet in one vector (max
- * does not depend on the order), so the divisions and the f16 rounding of
- * the scales (F16C, round to nearest even, as lm_f32_to_f16; a scale is
- * never NaN) go 16 at a time.
+ * Q8_0 blocks b0 .. b0+nb-1 (nb <= 16) at once: their maxima meet in one
+ * vector (max does not depend on the order), so the divisions and the f16
+ * rounding of the scales (F16C, round to nearest even, as lm_f32_to_f16; a
+ * scale is never NaN) go 16 at a time.
  */
-AVX512 static void quant_b32x16(const float *x, act_row *r, int64_t b0)
+AVX512 static void quant_b32(const float *x, act_row *r, int64_t b0, int nb)
 {
     __m512 m[16], t[16];
     for (int j = 0; j < 16; j++)
-        m[j] = abs_max16(_mm512_loadu_ps(x + 32 * j + 16),
-                         abs_max16(_mm512_loadu_ps(x + 32 * j), _mm512_setzero_ps()));
+        m[j] = j < nb ? abs_max16(_mm512_loadu_ps(x + 32 * j + 16),
+                                  abs_max16(_mm512_loadu_ps(x + 32 * j), _mm512_setzero_ps()))
+                      : _mm512_setzero_ps();
     transpose16(m, t);
     __m512 amax = t[0];
     for (int i = 1; i < 16; i++) /* lane j: block j's maximum */
@@ -59,11 +48,12 @@ AVX512 static void quant_b32x16(const float *x, act_row *r, int64_t b0)
     __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
     __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_OQ),
                                     _mm512_set1_ps(127.0f), amax);
-    _mm512_storeu_ps(r->d + b0, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-    _mm512_storeu_ps(r->s + b0, _mm512_setzero_ps());
+    const __mmask16 live = (__mmask16)((1u << nb) - 1);
+    _mm512_mask_storeu_ps(r->d + b0, live, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    _mm512_mask_storeu_ps(r->s + b0, live, _mm512_setzero_ps());
     float ids[16];
     _mm512_storeu_ps(ids, id);
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < nb; j++) {
         __m512 vid = _mm512_set1_ps(ids[j]);
         int8_t *q = r->qs + (b0 + j) * 32;
         _mm_storeu_si128((__m128i *)q, codes16(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * j), vid)));
@@ -125,13 +115,9 @@ AVX512 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int
     if (atype == LM_Q8_K)
         for (int64_t b = 0; b < k / 256; b++)
             quant_k(x + b * 256, &r, b);
-    else {
-        int64_t b = 0;
-        for (; b + 16 <= k / 32; b += 16)
-            quant_b32x16(x + b * 32, &r, b);
-        for (; b < k / 32; b++)
-            quant_b32(x + b * 32, &r, b);
-    }
+    else
+        for (int64_t b = 0; b < k / 32; b += 16)
+            quant_b32(x + b * 32, &r, b, k / 32 - b < 16 ? (int)(k / 32 - b) : 16);
     code_sums(&r, k, lm_code_offset(wtype));
     return 1;
 }
