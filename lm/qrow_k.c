@@ -91,7 +91,6 @@ AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t of
 
 /* Four super-blocks' scales, unpacked together. */
 typedef struct kquad {
-    __m512i s16[2]; /* blocks 2h, 2h+1 in words 0-15, 16-31: scales 0-7 and mins 8-15 (Q6_K: 16 scales) */
     __m512i s8;     /* block i's scales in bytes 0-7 and mins in 8-15 of lane i (Q6_K: 16 scales) */
     __m256 dd;      /* d and dmin of each block in turn (Q6_K: d and 0) */
 } kquad;
@@ -101,8 +100,6 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
     if (t == LM_Q6_K) {
         __m512i x = quad_bytes(blk, bs, 192, m);
         q->s8 = x;
-        q->s16[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x));
-        q->s16[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1));
         /* d: the high half of the dword ending the block; its low half becomes dmin's 0 */
         const __m128i at = _mm_setr_epi32(0, (int)bs, 2 * (int)bs, 3 * (int)bs);
         __m128i d = _mm_mmask_i32gather_epi32(_mm_setzero_si128(), (__mmask8)((1u << m) - 1), at, blk + 206, 1);
@@ -111,8 +108,6 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
     }
     __m512i x = quad_bytes(blk, bs, 0, m), s = six_bit_scales(x);
     q->s8 = s;
-    q->s16[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(s));
-    q->s16[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(s, 1));
     __m512i d = _mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), x);
     q->dd = _mm256_cvtph_ps(_mm512_castsi512_si128(d));
 }
@@ -345,22 +340,13 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
         kquad q;
         __m512i c[4];
         one_block(t, bs, row, b, &q, c, d, m);
-        __m512i unused[4];
+        __m512i sc4[4];
         __m256i mins;
-        block_scales(t, &q, 0, unused, &mins);
+        block_scales(t, &q, 0, sc4, &mins);
         _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
         for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
-            __m512i idx = t == LM_Q6_K ? _mm512_set_epi16(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3,
-                                                           4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
-                                                           4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 1, 4 * z + 1,
-                                                           4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1,
-                                                           4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z, 4 * z)
-                                       : _mm512_set_epi16(2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
-                                                          2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1,
-                                                          2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z + 1, 2 * z, 2 * z, 2 * z,
-                                                          2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z, 2 * z,
-                                                          2 * z, 2 * z, 2 * z, 2 * z);
-            __m512i sc = _mm512_permutexvar_epi16(idx, q.s16[0]), zero = _mm512_setzero_si512();
+            /* the scale in both words of its dword, for the widened codes */
+            __m512i sc = _mm512_or_si512(sc4[z], _mm512_slli_epi32(sc4[z], 16)), zero = _mm512_setzero_si512();
             /* bytes widened within their lane, and packed back the same way: no permutes */
             __m512i v0 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpacklo_epi8(c[z], zero), off), sc);
             __m512i v1 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpackhi_epi8(c[z], zero), off), sc);
