@@ -54,6 +54,7 @@ typedef struct act_row {
     int8_t *qw;        /* per window of 4 blocks: their codes 0-15, then 16-31 (qrow_vbmi.c) */
     int32_t *ncw;      /* per window: negcorr of codes 4q.. and 16+4q.. added, lane 4i+q */
     int windows;       /* 1 once qw and ncw hold this row's values */
+    int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
 } act_row;
 
 enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };
@@ -81,9 +82,16 @@ int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
 float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a); /* Q4_0, Q5_0 */
 
-/* qrow_k.c: 1..LM_ROW_K_TOKENS tokens through a Q4_K, Q5_K or Q6_K row (AVX-512 VNNI) */
+/* qrow_k.c: Q4_K, Q5_K and Q6_K rows through a few tokens, 8 at a time (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8
-void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out);
+void lm_act_nibbles(act_row *a); /* fills qw with the codes in Q4_K/Q5_K's nibble order */
+/* nr rows rb bytes apart through n tokens: out[ldo * j + r]; 0 for other types. */
+int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                     const act_row *a, int n, float *out, size_t ldo);
+static inline int lm_rows_k_type(uint32_t t)
+{
+    return t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
+}
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);

@@ -250,6 +250,13 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
+    if (s->isa >= LM_ISA_AVX512 && lm_rows_k_type(w->type)) { /* the thread's rows in one call */
+        const int64_t n = rows - r0, nth = omp_get_num_threads();
+        const int64_t lo = r0 + n * tid / nth, hi = r0 + n * (tid + 1) / nth;
+        lm_rows_k_avx512(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, s->acts + t0, nt,
+                         out + (size_t)t0 * rows + lo, (size_t)rows);
+        return;
+    }
     qrow *r = &s->rows[QROWS * tid];
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static) nowait
@@ -291,6 +298,8 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
             lm_act_windows(&s->acts[t]);
+        else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
+            lm_act_nibbles(&s->acts[t]); /* codes as the row's nibbles lie (qrow_k.c) */
     }
     if (grouped) {
 #pragma omp for schedule(static)

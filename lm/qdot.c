@@ -77,7 +77,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     r->qw = (int8_t *)p;
     r->ncw = (int32_t *)(p + (k / QK + 3) / 4 * 128);
-    r->windows = 0;
+    r->windows = r->nibbles = 0;
     r->f = (float *)base;
 }
 

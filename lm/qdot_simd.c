@@ -550,12 +550,7 @@ AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act
             fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
         return 1;
     }
-    if (t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K) {
-        for (int j = 0; j < n; j += LM_ROW_K_TOKENS)
-            lm_row_k_avx512(t, row, k, a + j, n - j < LM_ROW_K_TOKENS ? n - j : LM_ROW_K_TOKENS, out + j);
-        return 1;
-    }
-    return 0;
+    return lm_rows_k_avx512(t, row, 0, 1, k, a, n, out, 1);
 }
 
 #else

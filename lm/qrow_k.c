@@ -17,13 +17,31 @@
 #include "internal.h"
 #include "simd.h"
 
+#include <string.h>
+
+/*
+ * The token's codes in the order a Q4_K/Q5_K super-block's nibbles give
+ * them (half_codes with nib): per 128 codes, 0-31, 64-95, 32-63, 96-127.
+ */
+void lm_act_nibbles(act_row *a)
+{
+    static const int from[4] = {0, 64, 32, 96};
+    for (int64_t h = 0; h < a->k / 128; h++)
+        for (int c = 0; c < 4; c++)
+            memcpy(a->qw + 128 * h + 32 * c, a->qs + 128 * h + from[c], 32);
+    a->nibbles = 1;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 
 /*
  * The 128 codes of half p of a super-block (codes 128p..128p+127) as two
- * chunks of 64 in order, unsigned (code + offset).
+ * chunks of 64 in order, unsigned (code + offset).  Q4_K/Q5_K with nib: in
+ * their nibble order instead, c[0] codes 0-31 and 64-95 of the half, c[1]
+ * codes 32-63 and 96-127, the order of the token's codes in act_row.qw
+ * (lm_act_nibbles), which saves the two permutes.
  */
-AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, __m512i c[2])
+AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib, __m512i c[2])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     if (t == LM_Q6_K) {
@@ -53,6 +71,10 @@ AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, __m5
         h = _mm512_srlv_epi16(h, shift);
         lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi16(h, 4), m10, 0xf8);
         hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi16(h, 3), m10, 0xf8);
+    }
+    if (nib) {
+        c[0] = lo, c[1] = hi;
+        return;
     }
     c[0] = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), hi);
     c[1] = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), hi);
@@ -124,27 +146,34 @@ AVX512 static INLINE __m512i lane_everywhere(__m512i x, int i)
 }
 
 /*
- * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
- * lane of s8 in every lane, then lane j of chunk z takes scale 2z + j/8
- * (byte 0 of the dword, the rest 0) and the mins go out as words, each
- * twice.
+ * A byte shuffle that gives lane j of a chunk the scale of its group (byte
+ * 0 of the dword, the rest 0): scale a for lanes 0-7, b for 8-15 (listed
+ * from byte 63 down).  Literals: GCC built computed ones byte by byte.
  */
-AVX512 static INLINE void block_scales_k4(const kquad *q, int i, __m512i sc[4], __m256i *mn)
+#define K4_IDX(a, b)                                                                            \
+    _mm512_set_epi8(o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, \
+                    o, o, o, b, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, \
+                    o, o, o, a, o, o, o, a)
+
+/*
+ * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
+ * lane of s8 in every lane, then chunk z takes the scales of groups 2z and
+ * 2z + 1 (in nibble order, 4(z/2) + z%2 and the one two after it); the
+ * mins go out as words, each twice.
+ */
+AVX512 static INLINE void block_scales_k4(const kquad *q, int i, int nib, __m512i sc[4], __m256i *mn)
 {
     const __m512i own = lane_everywhere(q->s8, i);
     const char o = (char)0x80;
-    for (int z = 0; z < 4; z++) { /* listed from byte 63 down: lanes 3 and 2 take scale 2z + 1 */
-        const char a = (char)(2 * z), b = (char)(2 * z + 1);
-        const __m512i idx = _mm512_set_epi8(o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b,
-                                            o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b,
-                                            o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a,
-                                            o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a);
-        sc[z] = _mm512_shuffle_epi8(own, idx);
-    }
+    sc[0] = _mm512_shuffle_epi8(own, nib ? K4_IDX(0, 2) : K4_IDX(0, 1));
+    sc[1] = _mm512_shuffle_epi8(own, nib ? K4_IDX(1, 3) : K4_IDX(2, 3));
+    sc[2] = _mm512_shuffle_epi8(own, nib ? K4_IDX(4, 6) : K4_IDX(4, 5));
+    sc[3] = _mm512_shuffle_epi8(own, nib ? K4_IDX(5, 7) : K4_IDX(6, 7));
     const __m256i midx = _mm256_set_epi8(o, 15, o, 15, o, 14, o, 14, o, 13, o, 13, o, 12, o, 12,
                                          o, 11, o, 11, o, 10, o, 10, o, 9, o, 9, o, 8, o, 8);
     *mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(own), midx);
 }
+#undef K4_IDX
 
 /*
  * Q6_K block i's signed scales the same way: lane j of chunk z takes scale
@@ -166,10 +195,11 @@ AVX512 static INLINE void block_scales_k6(const kquad *q, int i, __m512i sc[4])
 }
 
 /* Block i of a quad: the scale of each lane of chunk z (low word, high word 0) and the mins. */
-AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, __m512i sc[4], __m256i *mn)
+AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, int nib, __m512i sc[4],
+                                       __m256i *mn)
 {
     if (t != LM_Q6_K) {
-        block_scales_k4(q, i, sc, mn);
+        block_scales_k4(q, i, nib, sc, mn);
         return;
     }
     block_scales_k6(q, i, sc);
@@ -181,17 +211,17 @@ AVX512 static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t 
 {
     __m512i sc[4];
     __m256i m16;
-    block_scales(t, q, i, sc, &m16);
+    block_scales(t, q, i, 0, sc, &m16);
     for (int z = 0; z < 4; z++) /* the low word, sign-extended (Q6_K's scales are signed) */
         _mm512_storeu_si512(sc4 + 16 * z, _mm512_srai_epi32(_mm512_slli_epi32(sc[z], 16), 16));
     _mm256_storeu_si256((__m256i *)mn, m16);
 }
 
-/* A super-block's codes: chunk z holds codes 64z..64z+63. */
-AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, __m512i c[4])
+/* A super-block's codes: chunk z holds codes 64z..64z+63 (nib: half_codes' nibble order). */
+AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, int nib, __m512i c[4])
 {
-    half_codes(t, blk, 0, c);
-    half_codes(t, blk, 1, c + 2);
+    half_codes(t, blk, 0, nib, c);
+    half_codes(t, blk, 1, nib, c + 2);
 }
 
 /*
@@ -199,15 +229,16 @@ AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, __m512i c[
  * 0-7) and of min times group sum (lanes 8-15).
  */
 AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __m512i sc[4], __m256i mn,
-                                        const act_row *a, int64_t b)
+                                        const act_row *a, int64_t b, int nib)
 {
     const int off = t == LM_Q6_K;
+    const int8_t *qs = nib ? a->qw : a->qs;
     __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* two chains, not one of four */
     _Pragma("GCC unroll 4")
     for (int z = 0; z < 4; z++) {
         int64_t e = b * 256 + 64 * z;
         __m512i seed = off ? _mm512_loadu_si512(a->negcorr + e / 4) : _mm512_setzero_si512();
-        __m512i v = _mm512_dpbusd_epi32(seed, c[z], _mm512_loadu_si512(a->qs + e));
+        __m512i v = _mm512_dpbusd_epi32(seed, c[z], _mm512_loadu_si512(qs + e));
         s[z & 1] = _mm512_dpwssd_epi32(s[z & 1], v, sc[z]);
     }
     __m512i sum = _mm512_add_epi32(s[0], s[1]);
@@ -249,7 +280,7 @@ AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad
 
 /* Super-blocks b..b+m-1 (m <= 4) for n tokens. */
 AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
-                               float *acc, float *mins)
+                               int nib, float *acc, float *mins)
 {
     const uint8_t *blk = row + (size_t)b * bs;
     kquad q;
@@ -265,46 +296,81 @@ AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_
         __m512i c[4], sc[4];
         __m256i mn;
         lm_prefetch_ahead(blk + (size_t)i * bs, bs); /* block by block: four at once was slower from DRAM */
-        block_codes(t, blk + (size_t)i * bs, c);
-        block_scales(t, &q, i, sc, &mn);
+        block_codes(t, blk + (size_t)i * bs, nib, c);
+        block_scales(t, &q, i, nib, sc, &mn);
         for (int j = 0; j < n; j++)
-            y[j][i] = block_sums(t, c, sc, mn, &a[j], b + i);
+            y[j][i] = block_sums(t, c, sc, mn, &a[j], b + i, nib);
     }
     for (int j = 0; j < n; j++)
         quad_steps(t, y[j], &q, &a[j], b, m, &acc[j], &mins[j]);
 }
 
-/* n (1..LM_ROW_K_TOKENS) tokens through a row, each super-block decoded once for all. */
+/* n (1..LM_ROW_K_TOKENS) tokens through a row, each super-block decoded once for all: out[ldo * j]. */
 AVX512 static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
-                                float *out)
+                                int nib, float *out, size_t ldo)
 {
     float acc[LM_ROW_K_TOKENS] = {0}, mins[LM_ROW_K_TOKENS] = {0};
     const int64_t nb = k / 256;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4)
-        quad(t, bs, row, b, 4, a, n, acc, mins);
+        quad(t, bs, row, b, 4, a, n, nib, acc, mins);
     if (b < nb)
-        quad(t, bs, row, b, (int)(nb - b), a, n, acc, mins);
+        quad(t, bs, row, b, (int)(nb - b), a, n, nib, acc, mins);
     for (int j = 0; j < n; j++)
-        out[j] = acc[j] - mins[j];
+        out[(size_t)j * ldo] = acc[j] - mins[j];
 }
 
 /* The row's type as a constant, and one token apart: generation's case, kept in registers. */
 AVX512 static INLINE void row_k_n(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
-                                  float *out)
+                                  int nib, float *out, size_t ldo)
 {
     if (n == 1)
-        row_k(t, bs, row, k, a, 1, out);
+        row_k(t, bs, row, k, a, 1, nib, out, ldo);
     else
-        row_k(t, bs, row, k, a, n, out);
+        row_k(t, bs, row, k, a, n, nib, out, ldo);
 }
 
-AVX512 void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out)
+/* Whether all n tokens' codes are also in nibble order (lm_act_nibbles). */
+static int all_nibbles(const act_row *a, int n)
 {
+    for (int j = 0; j < n; j++)
+        if (!a[j].nibbles)
+            return 0;
+    return 1;
+}
+
+/*
+ * Rows one after another, tokens LM_ROW_K_TOKENS at a time; each type and
+ * order a function of its own (inlined into one, GCC dropped every
+ * prefetch of it).
+ */
+#define ROWS_K_VARIANT(name, t, bs, nib)                                                         \
+    AVX512 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr, \
+                                                      int64_t k, const act_row *a, int n,        \
+                                                      float *out, size_t ldo)                    \
+    {                                                                                            \
+        for (int64_t r = 0; r < nr; r++)                                                         \
+            for (int j = 0; j < n; j += LM_ROW_K_TOKENS)                                         \
+                row_k_n(t, bs, row0 + (size_t)r * rb, k, a + j,                                  \
+                        n - j < LM_ROW_K_TOKENS ? n - j : LM_ROW_K_TOKENS, nib,                  \
+                        out + (size_t)j * ldo + r, ldo);                                         \
+    }
+ROWS_K_VARIANT(rows_q4_k, LM_Q4_K, 144, 0)
+ROWS_K_VARIANT(rows_q4_k_nib, LM_Q4_K, 144, 1)
+ROWS_K_VARIANT(rows_q5_k, LM_Q5_K, 176, 0)
+ROWS_K_VARIANT(rows_q5_k_nib, LM_Q5_K, 176, 1)
+ROWS_K_VARIANT(rows_q6_k, LM_Q6_K, 210, 0)
+#undef ROWS_K_VARIANT
+
+AVX512 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                            const act_row *a, int n, float *out, size_t ldo)
+{
+    const int nib = all_nibbles(a, n);
     switch (t) {
-    case LM_Q4_K: row_k_n(LM_Q4_K, 144, row, k, a, n, out); break;
-    case LM_Q5_K: row_k_n(LM_Q5_K, 176, row, k, a, n, out); break;
-    default: row_k_n(LM_Q6_K, 210, row, k, a, n, out); break;
+    case LM_Q4_K: (nib ? rows_q4_k_nib : rows_q4_k)(row0, rb, nr, k, a, n, out, ldo); return 1;
+    case LM_Q5_K: (nib ? rows_q5_k_nib : rows_q5_k)(row0, rb, nr, k, a, n, out, ldo); return 1;
+    case LM_Q6_K: rows_q6_k(row0, rb, nr, k, a, n, out, ldo); return 1;
+    default: return 0;
     }
 }
 
@@ -319,7 +385,7 @@ AVX512 static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, i
     const uint8_t *blk = row + (size_t)b * bs;
     lm_prefetch_ahead(blk, bs);
     decode_quad(t, blk, bs, 1, q);
-    block_codes(t, blk, c);
+    block_codes(t, blk, 0, c);
     float dd[8];
     _mm256_storeu_ps(dd, q->dd);
     d[b] = dd[0], m[b] = dd[1];
@@ -342,7 +408,7 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
         one_block(t, bs, row, b, &q, c, d, m);
         __m512i sc4[4];
         __m256i mins;
-        block_scales(t, &q, 0, sc4, &mins);
+        block_scales(t, &q, 0, 0, sc4, &mins);
         _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
         for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
             /* the scale in both words of its dword, for the widened codes */
@@ -400,9 +466,11 @@ AVX512 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo
 
 #else
 
-void lm_row_k_avx512(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n, float *out)
+int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                     const act_row *a, int n, float *out, size_t ldo)
 {
-    (void)t, (void)row, (void)k, (void)a, (void)n, (void)out; /* never called: lm_cpu_isa() is scalar */
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
+    return 0;
 }
 
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,

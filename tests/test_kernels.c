@@ -160,15 +160,20 @@ END_TEST
 
 /*
  * K-quant rows of 1..8 super-blocks (whole groups of four and every tail)
- * through qrow_k.c, for one token and for several, against the scalar dot;
- * each row ends its allocation, so the sanitizer build sees any over-read.
+ * through qrow_k.c, three rows a call (outputs ldo apart), for one token,
+ * for eight and for nine (two passes of the kernel), with the token codes
+ * as they are and also in nibble order (lm_act_nibbles), against the scalar
+ * dot; the rows end their allocation, so the sanitizer build sees any
+ * over-read.
  */
+#define ROW_K_NTOK (LM_ROW_K_TOKENS + 1)
 START_TEST(test_row_k_bitwise)
 {
     if (lm_cpu_isa() < LM_ISA_AVX512)
         return;
     static const uint32_t types[] = {LM_Q4_K, LM_Q5_K, LM_Q6_K};
-    static uint8_t act[LM_ROW_K_TOKENS][KMAX * 8];
+    static const int ntoks[] = {1, LM_ROW_K_TOKENS, ROW_K_NTOK};
+    static uint8_t act[ROW_K_NTOK][KMAX * 8];
     static float x[KMAX];
     static qrow_buf ref;
     uint64_t seed = 31;
@@ -176,27 +181,37 @@ START_TEST(test_row_k_bitwise)
         for (int nb = 1; nb <= KMAX / 256; nb++) {
             int k = 256 * nb;
             size_t rb = lm_row_bytes(types[ti], k);
-            uint8_t *row = malloc(rb);
-            ck_assert(row != NULL);
-            random_row(types[ti], row, rb, &seed);
-            qrow_init(&ref);
-            lm_qrow_decode_scalar(&ref.r, types[ti], row, k);
-            act_row ar[LM_ROW_K_TOKENS];
-            float want[LM_ROW_K_TOKENS], got[LM_ROW_K_TOKENS];
-            for (int t = 0; t < LM_ROW_K_TOKENS; t++) {
+            uint8_t *rows = malloc(3 * rb);
+            ck_assert(rows != NULL);
+            act_row ar[ROW_K_NTOK];
+            float want[3][ROW_K_NTOK], got[3 * ROW_K_NTOK];
+            for (int t = 0; t < ROW_K_NTOK; t++) {
                 for (int i = 0; i < k; i++)
                     x[i] = sinf((float)(i * (t + 2)) * 0.13f) * (float)(1 + (i + nb) % 5);
                 lm_quantize_act(types[ti], x, act[t], k);
                 lm_act_layout(LM_Q8_K, k, &ar[t], act[t]);
-                want[t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
             }
-            for (int n = 1; n <= LM_ROW_K_TOKENS; n += LM_ROW_K_TOKENS - 1) {
-                lm_row_k_avx512(types[ti], row, k, ar, n, got);
-                for (int t = 0; t < n; t++)
-                    ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s, %d super-blocks, token %d of %d: %a vs scalar %a",
-                                  lm_type_name(types[ti]), nb, t, n, got[t], want[t]);
+            for (int r = 0; r < 3; r++) {
+                random_row(types[ti], rows + r * rb, rb, &seed);
+                qrow_init(&ref);
+                lm_qrow_decode_scalar(&ref.r, types[ti], rows + r * rb, k);
+                for (int t = 0; t < ROW_K_NTOK; t++)
+                    want[r][t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
             }
-            free(row);
+            for (int nib = 0; nib < 2; nib++) {
+                for (int t = 0; nib && t < ROW_K_NTOK; t++)
+                    lm_act_nibbles(&ar[t]);
+                for (size_t ni = 0; ni < sizeof ntoks / sizeof ntoks[0]; ni++) {
+                    int n = ntoks[ni];
+                    ck_assert(lm_rows_k_avx512(types[ti], rows, rb, 3, k, ar, n, got, 3));
+                    for (int r = 0; r < 3; r++)
+                        for (int t = 0; t < n; t++)
+                            ck_assert_msg(!memcmp(&got[3 * t + r], &want[r][t], 4),
+                                          "%s, %d super-blocks, nibble order %d, row %d, token %d of %d: %a vs scalar %a",
+                                          lm_type_name(types[ti]), nb, nib, r, t, n, got[3 * t + r], want[r][t]);
+                }
+            }
+            free(rows);
         }
 }
 END_TEST
