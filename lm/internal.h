@@ -80,7 +80,9 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 /* qrow_vbmi.c: one token through a Q4_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
-float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a); /* Q4_0, Q5_0 */
+/* Q4_0, Q5_0: nr rows rb bytes apart, out[r] */
+void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                      const act_row *a, float *out);
 
 /* qrow_k.c: Q4_K, Q5_K and Q6_K rows through a few tokens, 8 at a time (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8

@@ -250,9 +250,15 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
-    if (s->isa >= LM_ISA_AVX512 && lm_rows_k_type(w->type)) { /* the thread's rows in one call */
-        const int64_t n = rows - r0, nth = omp_get_num_threads();
-        const int64_t lo = r0 + n * tid / nth, hi = r0 + n * (tid + 1) / nth;
+    /* the fast kernels take the thread's rows (as schedule(static) splits them) in one call */
+    const int64_t nth = omp_get_num_threads(), lo = r0 + (rows - r0) * tid / nth;
+    const int64_t hi = r0 + (rows - r0) * (tid + 1) / nth;
+    if (nt == 1 && s->acts[t0].windows) {
+        lm_rows_b32_vbmi(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, &s->acts[t0],
+                         out + (size_t)t0 * rows + lo);
+        return;
+    }
+    if (s->isa >= LM_ISA_AVX512 && lm_rows_k_type(w->type)) {
         lm_rows_k_avx512(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, s->acts + t0, nt,
                          out + (size_t)t0 * rows + lo, (size_t)rows);
         return;
@@ -262,10 +268,6 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
 #pragma omp for schedule(static) nowait
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
-        if (nt == 1 && s->acts[t0].windows) {
-            out[(size_t)t0 * rows + i] = lm_row_b32_vbmi(w->type, row, k, &s->acts[t0]);
-            continue;
-        }
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];

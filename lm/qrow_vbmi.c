@@ -165,20 +165,33 @@ VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, cons
     return hsum16_avx512(acc);
 }
 
-/* a: laid out by lm_act_windows, for the row's type. */
-VBMI float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
+/* Rows one after another, each type a function of its own. */
+#define ROWS_B32_VARIANT(name, t)                                                                \
+    VBMI __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,   \
+                                                    int64_t k, const act_row *a, float *out)     \
+    {                                                                                            \
+        for (int64_t r = 0; r < nr; r++)                                                         \
+            out[r] = row_b32(t, row0 + (size_t)r * rb, k, a);                                    \
+    }
+ROWS_B32_VARIANT(rows_q4_0, LM_Q4_0)
+ROWS_B32_VARIANT(rows_q5_0, LM_Q5_0)
+#undef ROWS_B32_VARIANT
+
+/* a: laid out by lm_act_windows, for the rows' type. */
+VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                           const act_row *a, float *out)
 {
-    return t == LM_Q5_0 ? row_b32(LM_Q5_0, row, k, a) : row_b32(LM_Q4_0, row, k, a);
+    (t == LM_Q5_0 ? rows_q5_0 : rows_q4_0)(row0, rb, nr, k, a, out);
 }
 
 #else
 
 int lm_cpu_vbmi(void) { return 0; }
 
-float lm_row_b32_vbmi(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
+void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                      const act_row *a, float *out)
 {
-    (void)t, (void)row, (void)k, (void)a;
-    return 0.0f; /* never called: lm_cpu_vbmi() is 0 */
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out; /* never called: lm_cpu_vbmi() is 0 */
 }
 
 #endif

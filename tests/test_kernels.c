@@ -119,11 +119,12 @@ START_TEST(test_rows16_bitwise)
 END_TEST
 
 /*
- * One token through a Q4_0 or Q5_0 row read in 4-block windows
- * (qrow_vbmi.c), against the scalar dot, for every row length from 1 to
- * K / 32 = 24 blocks: tails of every length after no full 16-block step,
- * then after one, and windows cut after 1, 2 or 3 blocks.  Each row ends
- * its allocation, so a read past it shows under the sanitizers.
+ * One token through Q4_0 and Q5_0 rows read in 4-block windows
+ * (qrow_vbmi.c), two rows a call, against the scalar dot, for every row
+ * length from 1 to K / 32 = 24 blocks: tails of every length after no full
+ * 16-block step, then after one, and windows cut after 1, 2 or 3 blocks.
+ * The rows end their allocation, so a read past them shows under the
+ * sanitizers.
  */
 START_TEST(test_row_b32_vbmi_bitwise)
 {
@@ -141,19 +142,24 @@ START_TEST(test_row_b32_vbmi_bitwise)
             uint32_t ty = types[ti];
             int k = 32 * nb;
             size_t rb = lm_row_bytes(ty, k);
-            uint8_t *row = malloc(rb);
-            ck_assert(row != NULL);
-            random_row(ty, row, rb, &seed);
+            uint8_t *rows = malloc(2 * rb);
+            ck_assert(rows != NULL);
             act_row ar;
             lm_quantize_act(ty, x, act, k);
             lm_act_layout(LM_Q8_0, k, &ar, act);
             lm_act_windows(&ar);
-            float got = lm_row_b32_vbmi(ty, row, k, &ar);
-            qrow_init(&ref);
-            lm_qrow_decode_scalar(&ref.r, ty, row, k);
-            float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
-            ck_assert_msg(!memcmp(&got, &want, 4), "%s, %d blocks: %a vs scalar %a", lm_type_name(ty), nb, got, want);
-            free(row);
+            float got[2];
+            for (int r = 0; r < 2; r++)
+                random_row(ty, rows + r * rb, rb, &seed);
+            lm_rows_b32_vbmi(ty, rows, rb, 2, k, &ar, got);
+            for (int r = 0; r < 2; r++) {
+                qrow_init(&ref);
+                lm_qrow_decode_scalar(&ref.r, ty, rows + r * rb, k);
+                float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR);
+                ck_assert_msg(!memcmp(&got[r], &want, 4), "%s, %d blocks, row %d: %a vs scalar %a",
+                              lm_type_name(ty), nb, r, got[r], want);
+            }
+            free(rows);
         }
 }
 END_TEST
