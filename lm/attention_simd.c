@@ -81,6 +81,14 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
         lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }
+    if (j <= hi) { /* the last 1-15 keys in the lanes they fall in, the rest left alone */
+        const __mmask16 live = (__mmask16)((1u << (hi + 1 - j)) - 1);
+        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores + j), _mm512_set1_ps(mx)));
+        _mm512_mask_storeu_ps(scores + j, live, e);
+        lo8 = _mm512_mask_add_pd(lo8, (__mmask8)live, lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        hi8 = _mm512_mask_add_pd(hi8, (__mmask8)(live >> 8), hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        j = hi + 1;
+    }
     double part[16];
     _mm512_storeu_pd(part, lo8);
     _mm512_storeu_pd(part + 8, hi8);
