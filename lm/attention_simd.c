@@ -251,6 +251,8 @@ INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, in
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) {
             __m512 v1 = kv16(v0, r1 + 16 * (size_t)i, f16), v2 = kv16(v0, r2 + 16 * (size_t)i, f16);
+            if (two) /* in registers: GCC folds them into both fmas, loading each twice */
+                __asm__("" : "+v"(v1), "+v"(v2));
             oa[i] = _mm512_fmadd_ps(x1, v1, oa[i]);
             ea[i] = _mm512_fmadd_ps(x2, v2, ea[i]);
             if (two) {
