@@ -1,6 +1,6 @@
 /*
- * lm/qrow_k.c - one to eight tokens through a Q4_K, Q5_K or Q6_K row: the
- * kernel that decides how fast a K-quant model generates.
+ * lm/qrow_k.c - a few tokens through Q4_K, Q5_K or Q6_K rows: the kernel
+ * that decides how fast a K-quant model generates.
  *
  * Generating a token reads every weight once, so a row must be finished
  * faster than memory delivers it.  On CPUs whose 512-bit work goes to two
@@ -10,9 +10,12 @@
  * horizontal sums each.  Here one 64-byte load gives 128 codes (both
  * nibbles of Q4_K/Q5_K; an in-order half of Q6_K); super-blocks go in
  * fours, whose scales and mins are unpacked together by byte shuffles and
- * whose code sums and min sums all meet in one reduction tree.  Integer
- * sums are exact, so their order is free; the float steps are
- * lm_dot_k_scalar's, block by block, so the result is bitwise the same.
+ * whose code sums and min sums all meet in one reduction tree.  The token's
+ * codes are also laid out in the order the Q4_K/Q5_K nibbles come
+ * (lm_act_nibbles), so the codes need no permute, and a thread's rows go
+ * through in one call.  Integer sums are exact, so their order is free; the
+ * float steps are lm_dot_k_scalar's, block by block, so the result is
+ * bitwise the same.
  */
 #include "internal.h"
 #include "simd.h"
