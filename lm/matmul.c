@@ -187,6 +187,13 @@ static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scrat
     lm_rows16_put(p, m, r);
 }
 
+/* Asks for bytes [from, to) of p to be brought into L2. */
+static void prefetch_span(const uint8_t *p, size_t from, size_t to)
+{
+    for (size_t off = from & ~(size_t)63; off < to; off += 64)
+        __builtin_prefetch(p + off, 0, 2);
+}
+
 /*
  * With AMX: the thread's rows 16 at a time against
  * every group of the token block (qgemm_amx.c).  Returns the first row left
@@ -211,8 +218,15 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
         else
             for (int m = 0; m < 16; m++)
                 rows16_put(p, m, w, c * 16 + m, s, &s->rows[QROWS * tid]);
+        /* the next 16 rows come into L2 a slice before each group: read when
+           they are unpacked, they stalled on memory (lm_prefetch_ahead's 8 KiB
+           is a fraction of 16 long rows) */
+        const uint8_t *next = (const uint8_t *)w->data + (size_t)(c + 1) * 16 * rb;
+        const size_t span = c + 1 < rows / 16 ? 16 * rb : 0, ng = (size_t)(nt + 15) / 16;
         for (int g0 = t0; g0 < t0 + nt; g0 += 16) {
             int cn = t0 + nt - g0 < 16 ? t0 + nt - g0 : 16;
+            size_t i = (size_t)(g0 - t0) / 16;
+            prefetch_span(next, span * i / ng, span * (i + 1) / ng);
             float *o = out + (size_t)g0 * rows + c * 16;
             if (b32)
                 lm_rows16_group_amx(p, &s->groups[g0 / 16], o, (size_t)rows, cn, scratch);
