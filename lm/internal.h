@@ -90,10 +90,6 @@ void lm_act_nibbles(act_row *a); /* fills qw with the codes in Q4_K/Q5_K's nibbl
 /* nr rows rb bytes apart through n tokens: out[ldo * j + r]; 0 for other types. */
 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                      const act_row *a, int n, float *out, size_t ldo);
-static inline int lm_rows_k_type(uint32_t t)
-{
-    return t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
-}
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);

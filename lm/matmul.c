@@ -272,11 +272,10 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
                          out + (size_t)t0 * rows + lo);
         return;
     }
-    if (s->isa >= LM_ISA_AVX512 && lm_rows_k_type(w->type)) {
+    if (s->isa >= LM_ISA_AVX512 &&
         lm_rows_k_avx512(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, s->acts + t0, nt,
-                         out + (size_t)t0 * rows + lo, (size_t)rows);
+                         out + (size_t)t0 * rows + lo, (size_t)rows))
         return;
-    }
     qrow *r = &s->rows[QROWS * tid];
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static) nowait

@@ -540,17 +540,19 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
     return 1;
 }
 
-/* One row against a few tokens (out[j] for token j); 0 if this type has no fused kernel. */
+/*
+ * One 32-element-block row against a few tokens (out[j] for token j); 0 for
+ * other types (K-quant rows go through lm_rows_k_avx512).
+ */
 AVX512 int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a, int n,
                                float *out, qrow *scratch)
 {
     (void)scratch;
-    if (t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0) {
-        for (int j = 0; j < n; j += GROUP)
-            fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
-        return 1;
-    }
-    return lm_rows_k_avx512(t, row, 0, 1, k, a, n, out, 1);
+    if (t != LM_Q4_0 && t != LM_Q5_0 && t != LM_Q8_0)
+        return 0;
+    for (int j = 0; j < n; j += GROUP)
+        fused_b32(t, row, k, a + j, n - j < GROUP ? n - j : GROUP, out + j);
+    return 1;
 }
 
 #else
