@@ -207,10 +207,10 @@ typedef struct tile_config {
 AMX void lm_amx_end(void) { _tile_release(); }
 
 /*
- * 32-element blocks: two sets of tiles, so one block's multiply runs while
- * the previous block's sums are scaled: C, A, B are tiles 0, 1, 2 and 3, 4,
- * 5 (the tile intrinsics take literal numbers).  K-quants: the same shapes
- * for 64 codes, and tiles 6 and 7 as more A tiles.
+ * 32-element blocks: four C tiles (0-3) and two each of A (4, 5) and B (6,
+ * 7), so blocks_piped keeps four blocks in flight while the oldest one's
+ * sums are scaled (the tile intrinsics take literal numbers).  K-quants: C,
+ * A, B are tiles 0, 1, 2 and 3, 4, 5 for 64 codes, and 6, 7 more A tiles.
  */
 AMX void lm_amx_begin(uint32_t type)
 {
