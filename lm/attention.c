@@ -106,40 +106,47 @@ void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const
     }
 }
 
-static float *row_f32(const lm_kv *kv, void *base, int dim, int il, int pos)
+/* Where head kh of layer il begins in the cache: its K tiles, its V rows (elements). */
+static size_t k_head(const lm_kv *kv, int il, int kh)
 {
-    return (float *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+    return ((size_t)il * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim;
 }
 
-static uint16_t *row_f16(const lm_kv *kv, void *base, int dim, int il, int pos)
+static size_t v_head(const lm_kv *kv, int il, int kh)
 {
-    return (uint16_t *)base + ((size_t)il * kv->n_ctx + pos) * dim;
+    return ((size_t)il * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim_v;
+}
+
+/* Component d of the key at pos, within its head's tiles. */
+static size_t k_at(int hd, int pos, int d)
+{
+    return (size_t)(pos / 16) * 16 * hd + (size_t)d * 16 + pos % 16;
+}
+
+static void kv_put(const lm_kv *kv, void *base, size_t off, float x)
+{
+    if (kv->type == LM_KV_F32)
+        ((float *)base)[off] = x;
+    else
+        ((uint16_t *)base)[off] = lm_f32_to_f16(x);
+}
+
+static float kv_get(const lm_kv *kv, const void *base, size_t off)
+{
+    return kv->type == LM_KV_F32 ? ((const float *)base)[off]
+                                 : lm_f16_to_f32(((const uint16_t *)base)[off]);
 }
 
 void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v)
 {
-    if (kv->type == LM_KV_F32) {
-        memcpy(row_f32(kv, kv->k, kv->k_dim, il, pos), k, (size_t)kv->k_dim * 4);
-        memcpy(row_f32(kv, kv->v, kv->v_dim, il, pos), v, (size_t)kv->v_dim * 4);
-        return;
+    const int hd = kv->head_dim, hdv = kv->head_dim_v;
+    for (int kh = 0; kh < kv->n_head_kv; kh++) {
+        size_t kb = k_head(kv, il, kh), vb = v_head(kv, il, kh) + (size_t)pos * hdv;
+        for (int d = 0; d < hd; d++)
+            kv_put(kv, kv->k, kb + k_at(hd, pos, d), k[(size_t)kh * hd + d]);
+        for (int d = 0; d < hdv; d++)
+            kv_put(kv, kv->v, vb + d, v[(size_t)kh * hdv + d]);
     }
-    uint16_t *kd = row_f16(kv, kv->k, kv->k_dim, il, pos), *vd = row_f16(kv, kv->v, kv->v_dim, il, pos);
-    for (int i = 0; i < kv->k_dim; i++)
-        kd[i] = lm_f32_to_f16(k[i]);
-    for (int i = 0; i < kv->v_dim; i++)
-        vd[i] = lm_f32_to_f16(v[i]);
-}
-
-/* Head kh of cached K or V at pos, as f32. */
-static const float *kv_head(const lm_kv *kv, void *base, int dim, int hd, int il, int pos, int kh,
-                            float *tmp)
-{
-    if (kv->type == LM_KV_F32)
-        return row_f32(kv, base, dim, il, pos) + (size_t)kh * hd;
-    const uint16_t *s = row_f16(kv, base, dim, il, pos) + (size_t)kh * hd;
-    for (int i = 0; i < hd; i++)
-        tmp[i] = lm_f16_to_f32(s[i]);
-    return tmp;
 }
 
 float lm_expf(float x)
@@ -203,31 +210,52 @@ float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, doubl
     return (float)(1.0 / sum);
 }
 
-/* One query, portably (and for head sizes the vector kernel does not take). */
-static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, int hd, int hdv,
-                       float scale, float cap, float *scores, float *tmp, int isa)
+/*
+ * Scores of one query over keys lo..pos into scores[], each the sum of
+ * q[d] * k[d] in d order, one fused multiply-add a component from zero,
+ * then scaled (and soft-capped); returns their maximum.  A tile's 16 keys
+ * go side by side, as the vector path takes them.
+ */
+static float scores_one(const lm_kv *kv, size_t kb, const float *q, int lo, int pos, float scale,
+                        float cap, float *scores)
 {
-    const float *q = qa->q;
-    float *out = qa->out;
-    const int lo = qa->lo, pos = qa->pos;
+    const int hd = kv->head_dim;
     float mx = -INFINITY;
-    for (int j = lo; j <= pos; j++) {
-        float s = lm_dot_f(q, kv_head(kv, kv->k, kv->k_dim, hd, il, j, kh, tmp), hd, isa) * scale;
-        if (cap > 0)
-            s = cap * tanhf(s / cap);
-        scores[j] = s;
-        mx = s > mx ? s : mx;
+    for (int t = lo / 16; t <= pos / 16; t++) {
+        float acc[16] = {0};
+        for (int d = 0; d < hd; d++)
+            for (int l = 0; l < 16; l++)
+                acc[l] = fmaf(q[d], kv_get(kv, kv->k, kb + k_at(hd, 16 * t + l, d)), acc[l]);
+        for (int j = 16 * t; j < 16 * t + 16; j++) {
+            if (j < lo || j > pos)
+                continue;
+            float s = acc[j % 16] * scale;
+            if (cap > 0)
+                s = cap * tanhf(s / cap);
+            scores[j] = s;
+            mx = s > mx ? s : mx;
+        }
     }
+    return mx;
+}
+
+/* One query, portably (and for head sizes the vector kernel does not take). */
+static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float scale, float cap,
+                       float *scores, float *tmp, int isa)
+{
+    const int hdv = kv->head_dim_v, lo = qa->lo, pos = qa->pos;
+    float *out = qa->out;
+    float mx = scores_one(kv, k_head(kv, il, kh), qa->q, lo, pos, scale, cap, scores);
     float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
                                      : lm_softmax_exp(scores, lo, pos, mx);
-    float *odd = tmp + (hd > hdv ? hd : hdv); /* the sum over keys lo+1, lo+3, ... */
+    float *odd = tmp; /* the sum over keys lo+1, lo+3, ... */
     memset(out, 0, (size_t)hdv * sizeof *out);
     memset(odd, 0, (size_t)hdv * sizeof *odd);
+    const size_t vb = v_head(kv, il, kh);
     for (int j = lo; j <= pos; j++) {
-        const float *vj = kv_head(kv, kv->v, kv->v_dim, hdv, il, j, kh, tmp);
         float w = scores[j] * inv, *acc = (j - lo) % 2 ? odd : out;
         for (int i = 0; i < hdv; i++) /* fused, as the AVX-512 path */
-            acc[i] = fmaf(w, vj[i], acc[i]);
+            acc[i] = fmaf(w, kv_get(kv, kv->v, vb + (size_t)j * hdv + i), acc[i]);
     }
     for (int i = 0; i < hdv; i++)
         out[i] += odd[i];
@@ -237,7 +265,6 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
                      float *scores, size_t sstride, float *acc, float *tmp, int isa)
 {
     const lm_hparams *hp = &m->hp;
-    const int hd = hp->head_dim, hdv = hp->head_dim_v;
     const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
     const float cap = hp->attn_softcap;
     const int swa = lm_layer_swa(m, il);
@@ -246,16 +273,15 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
         qs[a].lo = swa && lo > 0 ? lo : 0;
     }
     const int f16 = kv->type == LM_KV_F16;
-    const void *k0 = f16 ? (const void *)(row_f16(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd)
-                         : (const void *)(row_f32(kv, kv->k, kv->k_dim, il, 0) + (size_t)kh * hd);
-    const void *v0 = f16 ? (const void *)(row_f16(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv)
-                         : (const void *)(row_f32(kv, kv->v, kv->v_dim, il, 0) + (size_t)kh * hdv);
-    if (isa >= LM_ISA_AVX512 && lm_attend_group_avx512(qs, n, k0, (size_t)kv->k_dim, v0,
-                                                       (size_t)kv->v_dim, hd, hdv, scale, cap,
-                                                       scores, sstride, acc, f16))
+    const size_t es = f16 ? 2 : 4;
+    const void *k0 = (const char *)kv->k + k_head(kv, il, kh) * es;
+    const void *v0 = (const char *)kv->v + v_head(kv, il, kh) * es;
+    if (isa >= LM_ISA_AVX512 && lm_attend_group_avx512(qs, n, k0, v0, kv->head_dim,
+                                                       kv->head_dim_v, scale, cap, scores,
+                                                       sstride, acc, f16))
         return;
     for (int a = 0; a < n; a++)
-        attend_one(kv, il, kh, &qs[a], hd, hdv, scale, cap, scores, tmp, isa);
+        attend_one(kv, il, kh, &qs[a], scale, cap, scores, tmp, isa);
 }
 
 /* ---- GELU ---- */

@@ -95,31 +95,6 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
     return lm_softmax_finish(scores, lo, j, hi, mx, part);
 }
 
-/* Two vectors folded lane-wise: chunks (imm) of a and b, plus the other chunks. */
-#define FOLD4(a, b, i1, i2) \
-    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, i1), _mm512_shuffle_f32x4(a, b, i2))
-#define FOLD1(a, b, i1, i2) _mm512_add_ps(_mm512_shuffle_ps(a, b, i1), _mm512_shuffle_ps(a, b, i2))
-
-/*
- * The 16 horizontal sums of acc[0..15] at once, each by exactly the tree of
- * hsum16_avx512 (halves, quarters, then (0+2) + (1+3)), so a score does not
- * depend on whether its key was reduced alone or in a group.  Lane 4k+l of
- * the result is the sum of acc[4l+k]: callers fill acc in that order.
- */
-AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
-{
-    __m512 b[8], c[4], d[2];
-#pragma GCC unroll 8
-    for (int m = 0; m < 8; m++) /* lanes 0-7: acc[2m] halves added; 8-15: acc[2m+1] */
-        b[m] = FOLD4(acc[2 * m], acc[2 * m + 1], 0x44, 0xEE);
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; m++) /* chunk k: quarters of acc[4m+k] added */
-        c[m] = FOLD4(b[2 * m], b[2 * m + 1], 0x88, 0xDD);
-    for (int m = 0; m < 2; m++) /* chunk k: (0+2, 1+3) of acc[8m+k], then of acc[8m+4+k] */
-        d[m] = FOLD1(c[2 * m], c[2 * m + 1], 0x44, 0xEE);
-    return FOLD1(d[0], d[1], 0x88, 0xDD);
-}
-
 /*
  * The kernels below take the head sizes in 16-float vectors (nq for keys,
  * nv for values) as arguments that are constants where they are inlined:
@@ -127,82 +102,141 @@ AVX512 static inline __m512 hsum16x16_avx512(const __m512 acc[16])
  */
 #define INLINE_AVX512 AVX512 static INLINE
 
-/* Scores of the 16 keys j..j+15 (q . k * scale) into scores[j..j+15]; returns them. */
-INLINE_AVX512 __m512 scores16(const __m512 *qv, const void *k0, size_t kstride, int j, int nq,
-                            float scale, int f16, float *scores)
-{
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int s = 0; s < 16; s++) {
-        size_t kj = (size_t)(j + 4 * (s % 4) + s / 4) * kstride;
-        acc[s] = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
-#pragma GCC unroll 16
-        for (int i = 1; i < nq; i++)
-            acc[s] = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc[s]);
-    }
-    __m512 sc = _mm512_mul_ps(hsum16x16_avx512(acc), _mm512_set1_ps(scale));
-    _mm512_storeu_ps(scores + j, sc);
-    return sc;
-}
-
-/* The score of key j alone, by the same steps. */
-INLINE_AVX512 float score1(const __m512 *qv, const void *k0, size_t kstride, int j, int nq,
-                           float scale, int f16)
-{
-    size_t kj = (size_t)j * kstride;
-    __m512 acc = _mm512_mul_ps(qv[0], kv16(k0, kj, f16));
-#pragma GCC unroll 16
-    for (int i = 1; i < nq; i++)
-        acc = _mm512_fmadd_ps(qv[i], kv16(k0, kj + 16 * (size_t)i, f16), acc);
-    return hsum16_avx512(acc) * scale;
-}
-
 /*
- * Keys per block: one block of a head's K rows (then of its V rows) stays in
- * L1 while every query of the group goes over it.  Read once per query from
- * L2 instead, the cache was the bottleneck: 512 bytes a key at L2 speed.
+ * Scores of queries qs[0..na) (na <= 4) against the nt (1 or 2) K tiles at
+ * t (16 keys each: see lm_kv), both constants where inlined: acc[2i + u]
+ * holds query i's 16 scores of tile u, each the sum of q[d] * k[d] in d
+ * order, one fused multiply-add a component from zero, as attention.c's
+ * scores_one.
  */
-static int block_keys(int hd, int f16)
+INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
+                               __m512 acc[8])
 {
-    int kb = (16384 / (hd * (f16 ? 2 : 4))) & ~15;
-    return kb < 16 ? 16 : kb;
-}
-
-/* Scores of keys [b0, b1) for each query that sees them; running maxima in vmx (groups) and smx (single keys). */
-INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, size_t kstride, int b0,
-                                int b1, int nq, float scale, int f16, float *scores,
-                                size_t sstride, __m512 *vmx, float *smx)
-{
-    for (int a = 0; a < n; a++) {
-        int j = b0 > qs[a].lo ? b0 : qs[a].lo, hi = b1 < qs[a].pos + 1 ? b1 : qs[a].pos + 1;
-        if (j >= hi)
-            continue;
-        __m512 qv[16];
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            qv[i] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-        for (int i = 0; i < nq; i++)
-            qv[i] = _mm512_loadu_ps(qs[a].q + 16 * i);
-        float *sc = scores + (size_t)a * sstride;
-        /* the maximum is the same in any order: max_ps(s, m) keeps m when s
-           is NaN, as the scalar "s > mx" does, and the sign of a zero
-           maximum does not change exp(s - mx) */
-        for (; j + 16 <= hi; j += 16)
-            vmx[a] = _mm512_max_ps(scores16(qv, k0, kstride, j, nq, scale, f16, sc), vmx[a]);
-        for (; j < hi; j++) {
-            float s = score1(qv, k0, kstride, j, nq, scale, f16);
-            sc[j] = s;
-            smx[a] = s > smx[a] ? s : smx[a];
+    const int hd = 16 * nq;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int d = 0; d < hd; d++) {
+        __m512 k0 = kv16(t, 16 * (size_t)d, f16);
+        __m512 k1 = nt > 1 ? kv16(t, 16 * (size_t)(hd + d), f16) : k0;
+#pragma GCC unroll 4
+        for (int i = 0; i < na; i++) {
+            __m512 qd = _mm512_set1_ps(qs[i].q[d]);
+            acc[2 * i] = _mm512_fmadd_ps(qd, k0, acc[2 * i]);
+            if (nt > 1)
+                acc[2 * i + 1] = _mm512_fmadd_ps(qd, k1, acc[2 * i + 1]);
         }
     }
 }
 
+/*
+ * tile_scores with na and nt made constants.  A tile past the last key is
+ * never read: its pages may not have been written yet, and reading one
+ * maps the zero page, which the key's store then has to replace at the
+ * cost of a TLB shootdown.
+ */
+INLINE_AVX512 void tiles_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
+                                __m512 acc[8])
+{
+    if (nt == 2) {
+        if (na == 4)
+            tile_scores(qs, 4, 2, t, nq, f16, acc);
+        else if (na == 3)
+            tile_scores(qs, 3, 2, t, nq, f16, acc);
+        else if (na == 2)
+            tile_scores(qs, 2, 2, t, nq, f16, acc);
+        else
+            tile_scores(qs, 1, 2, t, nq, f16, acc);
+    } else {
+        if (na == 4)
+            tile_scores(qs, 4, 1, t, nq, f16, acc);
+        else if (na == 3)
+            tile_scores(qs, 3, 1, t, nq, f16, acc);
+        else if (na == 2)
+            tile_scores(qs, 2, 1, t, nq, f16, acc);
+        else
+            tile_scores(qs, 1, 1, t, nq, f16, acc);
+    }
+}
+
+/* The lanes of a tile whose keys lie in [lo, hi], given relative to the tile's first key. */
+static inline __mmask16 lane_range(int lo, int hi)
+{
+    if (hi < 0 || lo > 15)
+        return 0;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 15 ? 15 : hi;
+    return (__mmask16)(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
+}
+
+/* The queries' key range: from the lowest lo to the highest pos. */
+static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
+{
+    *lo = qs[0].lo, *hi = qs[0].pos;
+    for (int a = 1; a < n; a++) {
+        *lo = qs[a].lo < *lo ? qs[a].lo : *lo;
+        *hi = qs[a].pos > *hi ? qs[a].pos : *hi;
+    }
+}
+
+/* Scores of the nt tiles from key p into the rows of the queries that see them; their maxima in vmx. */
+INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const __m512 acc[8],
+                                 float scale, float *scores, size_t sstride, __m512 *vmx)
+{
+    for (int i = 0; i < na; i++)
+        for (int u = 0; u < nt; u++) {
+            const int j0 = p + 16 * u;
+            const __mmask16 m = lane_range(qs[i].lo - j0, qs[i].pos - j0);
+            if (!m)
+                continue;
+            /* the maximum is the same in any order: max_ps(s, m) keeps m
+               when s is NaN, as the scalar "s > mx" does, and the sign of a
+               zero maximum does not change exp(s - mx) */
+            __m512 sc = _mm512_mul_ps(acc[2 * i + u], _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(scores + (size_t)i * sstride + j0, m, sc);
+            vmx[i] = _mm512_mask_max_ps(vmx[i], m, sc, vmx[i]);
+        }
+}
+
+/*
+ * Scores of keys [b0, b1) (b0 a multiple of 32) for each query that sees
+ * them: four queries at a time, two tiles at a time.  Running maxima in vmx.
+ */
+INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0, int b1, int nq,
+                                float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
+{
+    const size_t es = f16 ? 2 : 4;
+    for (int a = 0; a < n; a += 4) {
+        const int na = n - a < 4 ? n - a : 4;
+        int lo, hi;
+        group_span(qs + a, na, &lo, &hi);
+        const int end = hi + 1 < b1 ? hi + 1 : b1;
+        for (int p = (lo > b0 ? lo : b0) & ~31; p < end; p += 32) {
+            const int nt = p + 16 < end ? 2 : 1;
+            __m512 acc[8];
+            tiles_scores(qs + a, na, nt, (const char *)k0 + (size_t)p * 16 * nq * es, nq, f16, acc);
+            tiles_to_rows(qs + a, na, p, nt, acc, scale, scores + (size_t)a * sstride, sstride,
+                          vmx + a);
+        }
+    }
+}
+
+/*
+ * Keys per block: one block of a head's K tiles (then of its V rows) stays
+ * in L1 while every query of the group goes over it.  Read once per query
+ * from L2 instead, the cache was the bottleneck: 512 bytes a key at L2 speed.
+ */
+static int block_keys(int hd, int f16)
+{
+    int kb = (16384 / (hd * (f16 ? 2 : 4))) & ~31;
+    return kb < 32 ? 32 : kb;
+}
+
 /* Softmax of one query's scores, left in place as the weights exp(s - mx) / sum. */
-AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx, float smx)
+AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx)
 {
     float mx = _mm512_reduce_max_ps(vmx);
-    mx = smx > mx ? smx : mx;
     if (cap > 0) { /* soft-capped scores take their maximum after the cap, one at a time */
         mx = -__builtin_inff();
         for (int j = lo; j <= pos; j++) {
@@ -335,49 +369,38 @@ INLINE_AVX512 void group_values(const lm_attq *qs, int n, const void *v0, size_t
     }
 }
 
-/*
- * Asks for the head's rows of keys [b0, b1) (bytes each, stride apart) to be
- * brought into cache: the next block's, while the group works on this one.
- */
-static inline void prefetch_rows(const void *base, size_t stride, int b0, int b1, int hi,
-                                 size_t bytes)
+/* Asks for bytes [from, to) past base to be brought into cache: the next block, while the group works on this one. */
+static inline void prefetch_span(const void *base, size_t from, size_t to)
 {
-    const char *p = base;
-    for (int j = b0; j < b1 && j <= hi; j++)
-        for (size_t off = 0; off < bytes; off += 64)
-            __builtin_prefetch(p + (size_t)j * stride + off, 0, 3);
+    for (size_t off = from; off < to; off += 64)
+        __builtin_prefetch((const char *)base + off, 0, 3);
 }
 
-/* The queries' key range: from the lowest lo to the highest pos. */
-static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
-{
-    *lo = qs[0].lo, *hi = qs[0].pos;
-    for (int a = 1; a < n; a++) {
-        *lo = qs[a].lo < *lo ? qs[a].lo : *lo;
-        *hi = qs[a].pos > *hi ? qs[a].pos : *hi;
-    }
-}
-
-INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, size_t kstride,
-                                const void *v0, size_t vstride, int nq, int nv, float scale,
-                                float cap, float *scores, size_t sstride, float *acc, int f16)
+INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const void *v0, int nq,
+                                int nv, float scale, float cap, float *scores, size_t sstride,
+                                float *acc, int f16)
 {
     __m512 vmx[LM_ATT_QMAX];
-    float smx[LM_ATT_QMAX];
     for (int a = 0; a < n; a++)
-        vmx[a] = _mm512_set1_ps(-__builtin_inff()), smx[a] = -__builtin_inff();
+        vmx[a] = _mm512_set1_ps(-__builtin_inff());
     int lo, hi, kb = block_keys(16 * (nq > nv ? nq : nv), f16);
     group_span(qs, n, &lo, &hi);
-    const size_t es = f16 ? 2 : 4;
-    for (int b = lo; b <= hi; b += kb) {
-        prefetch_rows(k0, kstride * es, b + kb, b + 2 * kb, hi, 64 * (size_t)nq * es);
-        group_scores(qs, n, k0, kstride, b, b + kb, nq, scale, f16, scores, sstride, vmx, smx);
+    const size_t es = f16 ? 2 : 4, kbytes = 16 * (size_t)nq * es, vbytes = 16 * (size_t)nv * es;
+    const int first = lo & ~31, end = (hi + 16) & ~15; /* from a pair of tiles to a tile */
+    for (int b = first; b < end; b += kb) {
+        int next = b + kb, stop = b + 2 * kb < end ? b + 2 * kb : end;
+        if (next < stop)
+            prefetch_span(k0, (size_t)next * kbytes, (size_t)stop * kbytes);
+        group_scores(qs, n, k0, b, b + kb < end ? b + kb : end, nq, scale, f16, scores, sstride, vmx);
     }
     for (int a = 0; a < n; a++)
-        softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a], smx[a]);
+        softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a]);
     memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
-    for (int b = lo; b <= hi; b += kb) {
-        prefetch_rows(v0, vstride * es, b + kb, b + 2 * kb, hi, 64 * (size_t)nv * es);
+    const size_t vstride = 16 * (size_t)nv;
+    for (int b = first; b <= hi; b += kb) {
+        int next = b + kb, stop = b + 2 * kb < hi + 1 ? b + 2 * kb : hi + 1;
+        if (next < stop)
+            prefetch_span(v0, (size_t)next * vbytes, (size_t)stop * vbytes);
         group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, acc);
     }
     for (int a = 0; a < n; a++) {
@@ -390,39 +413,39 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, size_t
 }
 
 /* attend_group with the cache type made a constant too. */
-INLINE_AVX512 void attend_sized(const lm_attq *qs, int n, const void *k0, size_t kstride,
-                                const void *v0, size_t vstride, int nq, int nv, float scale,
-                                float cap, float *scores, size_t sstride, float *acc, int f16)
+INLINE_AVX512 void attend_sized(const lm_attq *qs, int n, const void *k0, const void *v0, int nq,
+                                int nv, float scale, float cap, float *scores, size_t sstride,
+                                float *acc, int f16)
 {
     if (f16)
-        attend_group(qs, n, k0, kstride, v0, vstride, nq, nv, scale, cap, scores, sstride, acc, 1);
+        attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 1);
     else
-        attend_group(qs, n, k0, kstride, v0, vstride, nq, nv, scale, cap, scores, sstride, acc, 0);
+        attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 0);
 }
 
 /*
- * Up to LM_ATT_QMAX query heads sharing one KV head, against the cache rows
- * each sees (f32 or f16).  Each query gets the bytes of the portable
- * lm_attend_head: the same per-key steps, the same addition orders; only
+ * Up to LM_ATT_QMAX query heads sharing one KV head, against the cache
+ * each sees (f32 or f16; k0 the head's K tiles, v0 its V rows, as lm_kv
+ * lays them out).  Each query gets the bytes of the portable
+ * lm_attend_group: the same per-key steps, the same addition orders; only
  * the order in which queries and keys are visited differs.  It is used for
  * every batch shape, so evaluation stays deterministic.  The usual head
  * sizes get their own unrolled copies.
  */
-AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
-                                  const void *v0, size_t vstride, int hd, int hdv, float scale,
-                                  float cap, float *scores, size_t sstride, float *acc, int f16)
+AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,
+                                  int hdv, float scale, float cap, float *scores, size_t sstride,
+                                  float *acc, int f16)
 {
     if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
         return 0;
     if (hd == 64 && hdv == 64)
-        attend_sized(qs, n, k0, kstride, v0, vstride, 4, 4, scale, cap, scores, sstride, acc, f16);
+        attend_sized(qs, n, k0, v0, 4, 4, scale, cap, scores, sstride, acc, f16);
     else if (hd == 128 && hdv == 128)
-        attend_sized(qs, n, k0, kstride, v0, vstride, 8, 8, scale, cap, scores, sstride, acc, f16);
+        attend_sized(qs, n, k0, v0, 8, 8, scale, cap, scores, sstride, acc, f16);
     else if (hd == 256 && hdv == 256)
-        attend_sized(qs, n, k0, kstride, v0, vstride, 16, 16, scale, cap, scores, sstride, acc, f16);
+        attend_sized(qs, n, k0, v0, 16, 16, scale, cap, scores, sstride, acc, f16);
     else
-        attend_sized(qs, n, k0, kstride, v0, vstride, hd / 16, hdv / 16, scale, cap, scores,
-                     sstride, acc, f16);
+        attend_sized(qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc, f16);
     return 1;
 }
 
@@ -443,11 +466,11 @@ float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
     return lm_softmax_exp(scores, lo, hi, mx);
 }
 
-int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
-                           const void *v0, size_t vstride, int hd, int hdv, float scale, float cap,
-                           float *scores, size_t sstride, float *acc, int f16)
+int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,
+                           int hdv, float scale, float cap, float *scores, size_t sstride,
+                           float *acc, int f16)
 {
-    (void)qs, (void)n, (void)k0, (void)kstride, (void)v0, (void)vstride, (void)hd, (void)hdv;
+    (void)qs, (void)n, (void)k0, (void)v0, (void)hd, (void)hdv;
     (void)scale, (void)cap, (void)scores, (void)sstride, (void)acc, (void)f16;
     return 0;
 }

@@ -162,14 +162,16 @@ int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e)
     const lm_hparams *hp = &m->hp;
     memset(kv, 0, sizeof *kv);
     kv->n_ctx = n_ctx;
+    kv->n_pos = (n_ctx + 31) & ~31;
     kv->n_layer = hp->n_layer;
-    kv->k_dim = hp->n_head_kv * hp->head_dim;
-    kv->v_dim = hp->n_head_kv * hp->head_dim_v;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    kv->head_dim_v = hp->head_dim_v;
     kv->type = type;
     size_t es = type == LM_KV_F16 ? 2 : 4;
-    size_t per_layer = (size_t)n_ctx * es;
-    kv->k = calloc((size_t)kv->n_layer * kv->k_dim, per_layer);
-    kv->v = calloc((size_t)kv->n_layer * kv->v_dim, per_layer);
+    size_t heads = (size_t)kv->n_layer * (size_t)kv->n_head_kv * (size_t)kv->n_pos;
+    kv->k = calloc(heads * (size_t)kv->head_dim, es);
+    kv->v = calloc(heads * (size_t)kv->head_dim_v, es);
     if (!kv->k || !kv->v) {
         lm_seterr(e, "out of memory for a KV cache of %d tokens", n_ctx);
         lm_kv_free(kv);

@@ -235,9 +235,9 @@ typedef struct lm_attq {
  */
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
                      float *scores, size_t sstride, float *acc, float *tmp, int isa);
-int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, size_t kstride,
-                           const void *v0, size_t vstride, int hd, int hdv, float scale, float cap,
-                           float *scores, size_t sstride, float *acc, int f16);
+int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,
+                           int hdv, float scale, float cap, float *scores, size_t sstride,
+                           float *acc, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);

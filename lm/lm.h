@@ -160,9 +160,18 @@ size_t lm_kv_bytes_per_token(const lm_model *m, size_t elem_size);
 
 enum lm_kv_type { LM_KV_F32 = 0, LM_KV_F16 = 1 };
 
+/*
+ * Keys and values of every layer and KV head, f32 or f16.  A head's keys are
+ * kept in tiles of 16 positions, component by component (for each d, the
+ * 16 keys' d-th values side by side), so 16 scores come out of one vector
+ * multiply-add a component; its values are rows, one a position.  n_pos is
+ * n_ctx rounded up to whole pairs of tiles.
+ *   k: [n_layer][n_head_kv][n_pos / 16][head_dim][16]
+ *   v: [n_layer][n_head_kv][n_pos][head_dim_v]
+ */
 typedef struct lm_kv {
-    int n_ctx, n_layer, k_dim, v_dim, type;
-    void *k, *v;               /* [n_layer][n_ctx][k_dim or v_dim] */
+    int n_ctx, n_pos, n_layer, n_head_kv, head_dim, head_dim_v, type;
+    void *k, *v;
 } lm_kv;
 
 int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e);

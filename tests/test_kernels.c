@@ -526,13 +526,20 @@ START_TEST(test_rmsnorm_rows_bitwise)
 }
 END_TEST
 
-/* Portable attention of one head, step for step as lm_attend_head without the fast path. */
+/*
+ * Portable attention of one head over keys and values in rows, step for
+ * step as lm_attend_group without the fast path: a score is q[d] * k[d]
+ * summed in d order, fused, from zero.
+ */
 static void attend_ref(const float *q, const float *k, const float *v, int lo, int pos, int hd,
                        float scale, float cap, float *scores, float *out)
 {
     float mx = -INFINITY;
     for (int j = lo; j <= pos; j++) {
-        float s = lm_dot_f_scalar(q, k + (size_t)j * hd, hd) * scale;
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++)
+            s = fmaf(q[d], k[(size_t)j * hd + d], s);
+        s *= scale;
         if (cap > 0)
             s = cap * tanhf(s / cap);
         scores[j] = s;
@@ -551,23 +558,35 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
         out[i] += odd[i];
 }
 
+/* Keys in rows (n of hd) laid out as lm_kv's tiles of 16 positions, f32 and f16. */
+static void keys_to_tiles(const float *k, int n, int hd, float *t, uint16_t *t16)
+{
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < hd; d++) {
+            size_t at = (size_t)(j / 16) * 16 * hd + (size_t)d * 16 + j % 16;
+            t[at] = k[(size_t)j * hd + d];
+            t16[at] = lm_f32_to_f16(t[at]);
+        }
+}
+
 /*
- * The AVX-512 attention (groups of queries over blocks of keys, 16 keys a
- * step, vector exp) gives every query the portable bytes, whatever the
+ * The AVX-512 attention (groups of queries over blocks of keys, K in tiles
+ * of 16 positions, vector exp) gives every query the portable bytes, whatever the
  * other queries of its group: positions and windows differ within a group,
  * pairs share value loads, and rows span several key blocks.
  */
 START_TEST(test_attention_fast_bitwise)
 {
-    enum { N = 150, HD = 256, NQ = LM_ATT_QMAX };
+    enum { N = 150, NPOS = 160, HD = 256, NQ = LM_ATT_QMAX };
     static const int dims[] = {64, 96, 128, 256}; /* the unrolled sizes, and one that is not */
     static float k[N * HD], v[N * HD], q[NQ * HD], s1[N], s2[NQ * N], o1[HD], o2[NQ * HD];
     static float acc[NQ * LM_ATT_ACC];
-    static uint16_t k16[N * HD], v16[N * HD];
+    static uint16_t kt16[NPOS * HD], v16[N * HD];
+    static float kt[NPOS * HD];
     if (lm_cpu_isa() < LM_ISA_AVX512)
         return;
     for (int i = 0; i < N * HD; i++) {
-        k16[i] = lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f), k[i] = lm_f16_to_f32(k16[i]);
+        k[i] = lm_f16_to_f32(lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f));
         v16[i] = lm_f32_to_f16(cosf((float)i * 0.21f)), v[i] = lm_f16_to_f32(v16[i]);
     }
     for (int i = 0; i < NQ * HD; i++)
@@ -581,9 +600,9 @@ START_TEST(test_attention_fast_bitwise)
             int pos = (start + 13 * a) % N, lo = (a / 2) % 3 == 2 ? pos / 3 : 0;
             qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
         }
-        ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)k16 : k, (size_t)hd,
-                                         f16 ? (void *)v16 : v, (size_t)hd, hd, hd, sc, cap, s2,
-                                         N, acc, f16));
+        keys_to_tiles(k, N, hd, kt, kt16);
+        ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)kt16 : kt, f16 ? (void *)v16 : v,
+                                         hd, hd, sc, cap, s2, N, acc, f16));
         for (int a = 0; a < n; a++) {
             attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
             ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
