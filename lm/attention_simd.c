@@ -103,31 +103,46 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 #define INLINE_AVX512 AVX512 static INLINE
 
 /*
- * Scores of queries qs[0..na) (na <= 4) against the nt (1 or 2) K tiles at
- * t (16 keys each: see lm_kv), both constants where inlined: acc[2i + u]
+ * Scores of queries qs[0..na) (na <= 4) against the nt (1, 2 or 4) K tiles
+ * at t (16 keys each: see lm_kv), both constants where inlined: acc[4i + u]
  * holds query i's 16 scores of tile u, each the sum of q[d] * k[d] in d
  * order, one fused multiply-add a component from zero, as attention.c's
- * scores_one.
+ * scores_one.  Sixteen sums in flight keep both multiply-add units busy
+ * through each one's latency.
  */
 INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
-                               __m512 acc[8])
+                               __m512 acc[16])
 {
     const int hd = 16 * nq;
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
         acc[i] = _mm512_setzero_ps();
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int d = 0; d < hd; d++) {
-        __m512 k0 = kv16(t, 16 * (size_t)d, f16);
-        __m512 k1 = nt > 1 ? kv16(t, 16 * (size_t)(hd + d), f16) : k0;
+        __m512 k[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < nt; u++)
+            k[u] = kv16(t, 16 * (size_t)(u * hd + d), f16);
 #pragma GCC unroll 4
         for (int i = 0; i < na; i++) {
             __m512 qd = _mm512_set1_ps(qs[i].q[d]);
-            acc[2 * i] = _mm512_fmadd_ps(qd, k0, acc[2 * i]);
-            if (nt > 1)
-                acc[2 * i + 1] = _mm512_fmadd_ps(qd, k1, acc[2 * i + 1]);
+#pragma GCC unroll 4
+            for (int u = 0; u < nt; u++)
+                acc[4 * i + u] = _mm512_fmadd_ps(qd, k[u], acc[4 * i + u]);
         }
     }
+}
+
+/* tile_scores for na queries with nt made a constant. */
+INLINE_AVX512 void tiles_scores_na(const lm_attq *qs, int na, int nt, const void *t, int nq,
+                                   int f16, __m512 acc[16])
+{
+    if (nt == 4)
+        tile_scores(qs, na, 4, t, nq, f16, acc);
+    else if (nt == 2)
+        tile_scores(qs, na, 2, t, nq, f16, acc);
+    else
+        tile_scores(qs, na, 1, t, nq, f16, acc);
 }
 
 /*
@@ -137,27 +152,16 @@ INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t,
  * cost of a TLB shootdown.
  */
 INLINE_AVX512 void tiles_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
-                                __m512 acc[8])
+                                __m512 acc[16])
 {
-    if (nt == 2) {
-        if (na == 4)
-            tile_scores(qs, 4, 2, t, nq, f16, acc);
-        else if (na == 3)
-            tile_scores(qs, 3, 2, t, nq, f16, acc);
-        else if (na == 2)
-            tile_scores(qs, 2, 2, t, nq, f16, acc);
-        else
-            tile_scores(qs, 1, 2, t, nq, f16, acc);
-    } else {
-        if (na == 4)
-            tile_scores(qs, 4, 1, t, nq, f16, acc);
-        else if (na == 3)
-            tile_scores(qs, 3, 1, t, nq, f16, acc);
-        else if (na == 2)
-            tile_scores(qs, 2, 1, t, nq, f16, acc);
-        else
-            tile_scores(qs, 1, 1, t, nq, f16, acc);
-    }
+    if (na == 4)
+        tiles_scores_na(qs, 4, nt, t, nq, f16, acc);
+    else if (na == 3)
+        tiles_scores_na(qs, 3, nt, t, nq, f16, acc);
+    else if (na == 2)
+        tiles_scores_na(qs, 2, nt, t, nq, f16, acc);
+    else
+        tiles_scores_na(qs, 1, nt, t, nq, f16, acc);
 }
 
 /* The lanes of a tile whose keys lie in [lo, hi], given relative to the tile's first key. */
@@ -181,7 +185,7 @@ static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
 }
 
 /* Scores of the nt tiles from key p into the rows of the queries that see them; their maxima in vmx. */
-INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const __m512 acc[8],
+INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const __m512 acc[16],
                                  float scale, float *scores, size_t sstride, __m512 *vmx)
 {
     for (int i = 0; i < na; i++)
@@ -193,7 +197,7 @@ INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const
             /* the maximum is the same in any order: max_ps(s, m) keeps m
                when s is NaN, as the scalar "s > mx" does, and the sign of a
                zero maximum does not change exp(s - mx) */
-            __m512 sc = _mm512_mul_ps(acc[2 * i + u], _mm512_set1_ps(scale));
+            __m512 sc = _mm512_mul_ps(acc[4 * i + u], _mm512_set1_ps(scale));
             _mm512_mask_storeu_ps(scores + (size_t)i * sstride + j0, m, sc);
             vmx[i] = _mm512_mask_max_ps(vmx[i], m, sc, vmx[i]);
         }
@@ -201,7 +205,7 @@ INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const
 
 /*
  * Scores of keys [b0, b1) (b0 a multiple of 32) for each query that sees
- * them: four queries at a time, two tiles at a time.  Running maxima in vmx.
+ * them: four queries at a time, four tiles at a time.  Running maxima in vmx.
  */
 INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0, int b1, int nq,
                                 float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
@@ -212,9 +216,10 @@ INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0
         int lo, hi;
         group_span(qs + a, na, &lo, &hi);
         const int end = hi + 1 < b1 ? hi + 1 : b1;
-        for (int p = (lo > b0 ? lo : b0) & ~31; p < end; p += 32) {
-            const int nt = p + 16 < end ? 2 : 1;
-            __m512 acc[8];
+        for (int p = (lo > b0 ? lo : b0) & ~31, nt; p < end; p += 16 * nt) {
+            const int left = (end - p + 15) / 16;
+            nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            __m512 acc[16];
             tiles_scores(qs + a, na, nt, (const char *)k0 + (size_t)p * 16 * nq * es, nq, f16, acc);
             tiles_to_rows(qs + a, na, p, nt, acc, scale, scores + (size_t)a * sstride, sstride,
                           vmx + a);
