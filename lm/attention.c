@@ -241,28 +241,24 @@ static float scores_one(const lm_kv *kv, size_t kb, const float *q, int lo, int 
 
 /* One query, portably (and for head sizes the vector kernel does not take). */
 static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float scale, float cap,
-                       float *scores, float *tmp, int isa)
+                       float *scores, int isa)
 {
     const int hdv = kv->head_dim_v, lo = qa->lo, pos = qa->pos;
     float *out = qa->out;
     float mx = scores_one(kv, k_head(kv, il, kh), qa->q, lo, pos, scale, cap, scores);
     float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
                                      : lm_softmax_exp(scores, lo, pos, mx);
-    float *odd = tmp; /* the sum over keys lo+1, lo+3, ... */
     memset(out, 0, (size_t)hdv * sizeof *out);
-    memset(odd, 0, (size_t)hdv * sizeof *odd);
     const size_t vb = v_head(kv, il, kh);
-    for (int j = lo; j <= pos; j++) {
-        float w = scores[j] * inv, *acc = (j - lo) % 2 ? odd : out;
-        for (int i = 0; i < hdv; i++) /* fused, as the AVX-512 path */
-            acc[i] = fmaf(w, kv_get(kv, kv->v, vb + (size_t)j * hdv + i), acc[i]);
-    }
+    for (int j = lo; j <= pos; j++) /* fused, as the AVX-512 path */
+        for (int i = 0; i < hdv; i++)
+            out[i] = fmaf(scores[j], kv_get(kv, kv->v, vb + (size_t)j * hdv + i), out[i]);
     for (int i = 0; i < hdv; i++)
-        out[i] += odd[i];
+        out[i] *= inv;
 }
 
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
-                     float *scores, size_t sstride, float *acc, float *tmp, int isa)
+                     float *scores, size_t sstride, float *acc, int isa)
 {
     const lm_hparams *hp = &m->hp;
     const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
@@ -281,7 +277,7 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
                                                        sstride, acc, f16))
         return;
     for (int a = 0; a < n; a++)
-        attend_one(kv, il, kh, &qs[a], scale, cap, scores, tmp, isa);
+        attend_one(kv, il, kh, &qs[a], scale, cap, scores, isa);
 }
 
 /* ---- GELU ---- */

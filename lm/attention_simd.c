@@ -238,8 +238,8 @@ static int block_keys(int hd, int f16)
     return kb < 32 ? 32 : kb;
 }
 
-/* Softmax of one query's scores, left in place as the weights exp(s - mx) / sum. */
-AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx)
+/* Softmax of one query's scores, left in place as exp(s - mx); returns 1 / their sum. */
+AVX512 static float softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx)
 {
     float mx = _mm512_reduce_max_ps(vmx);
     if (cap > 0) { /* soft-capped scores take their maximum after the cap, one at a time */
@@ -250,59 +250,35 @@ AVX512 static void softmax_weights(float *sc, int lo, int pos, float cap, __m512
             mx = s > mx ? s : mx;
         }
     }
-    float inv = lm_softmax_exp_avx512(sc, lo, pos, mx);
-    int j = lo;
-    for (; j + 16 <= pos + 1; j += 16)
-        _mm512_storeu_ps(sc + j, _mm512_mul_ps(_mm512_loadu_ps(sc + j), _mm512_set1_ps(inv)));
-    for (; j <= pos; j++)
-        sc[j] *= inv;
+    return lm_softmax_exp_avx512(sc, lo, pos, mx);
 }
 
 /*
- * Weighted values of keys j..end into the sums of query a (o, e) and, when
- * two, of query b too, each value vector loaded once for both.  Key k goes
- * to e when (k - lo) is odd (par: j's parity), else to o, in key order.
+ * Weighted values of keys j..end (in order) into the sums s[0..g) of g
+ * queries (g and nv constants where inlined), each value vector loaded
+ * once for all of them; w[i] is query i's weights.
  */
-/* Weighted value of key j into the sums sa of query a and, when two, sb of query b. */
-INLINE_AVX512 void value_one(const void *v0, size_t vstride, int j, int nv, int f16, int two,
-                             const float *wa, const float *wb, __m512 *sa, __m512 *sb)
+/* (v[u] is only read for u < nv, which GCC cannot see when nv is not a constant) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, int nv, int f16,
+                              int g, const float *const w[4], __m512 s[4][16])
 {
-    __m512 x = _mm512_set1_ps(wa[j]), y = _mm512_set1_ps(two ? wb[j] : 0.0f);
+    for (; j <= end; j++) {
+        __m512 v[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        __m512 v = kv16(v0, (size_t)j * vstride + 16 * (size_t)i, f16);
-        sa[i] = _mm512_fmadd_ps(x, v, sa[i]);
-        if (two)
-            sb[i] = _mm512_fmadd_ps(y, v, sb[i]);
-    }
-}
-
-INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, int par, int nv,
-                              int f16, int two, const float *wa, const float *wb, __m512 *oa,
-                              __m512 *ea, __m512 *ob, __m512 *eb)
-{
-    if (j <= end && par)
-        value_one(v0, vstride, j++, nv, f16, two, wa, wb, ea, eb);
-    for (; j < end; j += 2) {
-        size_t r1 = (size_t)j * vstride, r2 = r1 + vstride;
-        __m512 x1 = _mm512_set1_ps(wa[j]), x2 = _mm512_set1_ps(wa[j + 1]);
-        __m512 y1 = _mm512_set1_ps(two ? wb[j] : 0.0f), y2 = _mm512_set1_ps(two ? wb[j + 1] : 0.0f);
+        for (int u = 0; u < nv; u++)
+            v[u] = kv16(v0, (size_t)j * vstride + 16 * (size_t)u, f16);
+#pragma GCC unroll 4
+        for (int i = 0; i < g; i++) {
+            __m512 x = _mm512_set1_ps(w[i][j]);
 #pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) {
-            __m512 v1 = kv16(v0, r1 + 16 * (size_t)i, f16), v2 = kv16(v0, r2 + 16 * (size_t)i, f16);
-            if (two) /* in registers: GCC folds them into both fmas, loading each twice */
-                __asm__("" : "+v"(v1), "+v"(v2));
-            oa[i] = _mm512_fmadd_ps(x1, v1, oa[i]);
-            ea[i] = _mm512_fmadd_ps(x2, v2, ea[i]);
-            if (two) {
-                ob[i] = _mm512_fmadd_ps(y1, v1, ob[i]);
-                eb[i] = _mm512_fmadd_ps(y2, v2, eb[i]);
-            }
+            for (int u = 0; u < nv; u++)
+                s[i][u] = _mm512_fmadd_ps(x, v[u], s[i][u]);
         }
     }
-    if (j == end)
-        value_one(v0, vstride, j, nv, f16, two, wa, wb, oa, ob);
 }
+#pragma GCC diagnostic pop
 
 /* A query's keys within [b0, b1): j..*end, empty when j > *end. */
 static inline int block_range(const lm_attq *qa, int b0, int b1, int *end)
@@ -311,66 +287,70 @@ static inline int block_range(const lm_attq *qa, int b0, int b1, int *end)
     return b0 > qa->lo ? b0 : qa->lo;
 }
 
-/* Sums of a query, kept in acc between blocks: o in the first 16 vectors, e in the next. */
-INLINE_AVX512 void sums_load(const float *acc, int nv, __m512 *o, __m512 *e)
+/*
+ * Weighted values of keys [b0, b1) into the sums (acc) of the g queries
+ * qs[0..g), g a constant: first each one's keys before their common run,
+ * then the common run with each value loaded once, then each one's keys
+ * after it.  Every sum still takes its keys in order.
+ */
+INLINE_AVX512 void values_group(const lm_attq *qs, int g, const void *v0, size_t vstride, int b0,
+                                int b1, int nv, int f16, const float *w, size_t sstride,
+                                float *acc)
 {
+    int j[4], e[4], from = b0, to = b1 - 1;
+    const float *wi[4];
+    __m512 s[4][16];
+    for (int i = 0; i < g; i++) {
+        j[i] = block_range(&qs[i], b0, b1, &e[i]);
+        from = j[i] > from ? j[i] : from;
+        to = e[i] < to ? e[i] : to;
+        wi[i] = w + (size_t)i * sstride;
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) /* (dead stores past nv; quiets -Wmaybe-uninitialized) */
-        o[i] = e[i] = _mm512_setzero_ps();
+        for (int u = 0; u < 16; u++) /* (dead stores past nv; quiets -Wmaybe-uninitialized) */
+            s[i][u] = _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        o[i] = _mm512_loadu_ps(acc + 16 * i);
-        e[i] = _mm512_loadu_ps(acc + 16 * (16 + i));
+        for (int u = 0; u < nv; u++)
+            s[i][u] = _mm512_loadu_ps(acc + (size_t)i * LM_ATT_ACC + 16 * u);
     }
-}
-
-INLINE_AVX512 void sums_store(float *acc, int nv, const __m512 *o, const __m512 *e)
-{
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        _mm512_storeu_ps(acc + 16 * i, o[i]);
-        _mm512_storeu_ps(acc + 16 * (16 + i), e[i]);
+    if (from > to) { /* no common run: one query at a time */
+        for (int i = 0; i < g; i++)
+            values_run(v0, vstride, j[i], e[i], nv, f16, 1, wi + i, s + i);
+    } else {
+        for (int i = 0; i < g; i++)
+            values_run(v0, vstride, j[i], from - 1, nv, f16, 1, wi + i, s + i);
+        values_run(v0, vstride, from, to, nv, f16, g, wi, s);
+        for (int i = 0; i < g; i++)
+            values_run(v0, vstride, to + 1, e[i], nv, f16, 1, wi + i, s + i);
     }
+    for (int i = 0; i < g; i++)
+#pragma GCC unroll 16
+        for (int u = 0; u < nv; u++)
+            _mm512_storeu_ps(acc + (size_t)i * LM_ATT_ACC + 16 * u, s[i][u]);
 }
 
 /*
- * Weighted values of keys [b0, b1) into each query's sums (acc).  Two
- * queries with the same lo go together over their common keys, sharing
- * each value load (when their sums fit in registers: nv <= 4).
+ * Weighted values of keys [b0, b1) into each query's sums (acc): as many
+ * queries at a time as their sums fit in registers (4 for head size 64, 2
+ * for 128), sharing each value load.
  */
 INLINE_AVX512 void group_values(const lm_attq *qs, int n, const void *v0, size_t vstride, int b0,
                                 int b1, int nv, int f16, const float *w, size_t sstride,
                                 float *acc)
 {
+    const int most = nv <= 4 ? 4 : nv <= 8 ? 2 : 1;
     for (int a = 0; a < n;) {
-        int ea_, eb_ = -1, ja = block_range(&qs[a], b0, b1, &ea_), jb = ja, two = 0;
-        if (a + 1 < n && nv <= 4 && qs[a + 1].lo == qs[a].lo) {
-            jb = block_range(&qs[a + 1], b0, b1, &eb_);
-            two = ja <= ea_ && jb <= eb_;
-        }
-        if (!two && ja > ea_) {
-            a++;
-            continue;
-        }
-        const float *wa = w + (size_t)a * sstride, *wb = wa + sstride;
-        float *acc_a = acc + (size_t)a * LM_ATT_ACC, *acc_b = acc_a + LM_ATT_ACC;
-        const int lo = qs[a].lo;
-        __m512 oa[16], ea[16], ob[16], eb[16];
-        sums_load(acc_a, nv, oa, ea);
-        if (two) {
-            int common = ea_ < eb_ ? ea_ : eb_;
-            sums_load(acc_b, nv, ob, eb);
-            values_run(v0, vstride, ja, common, (ja - lo) % 2, nv, f16, 1, wa, wb, oa, ea, ob, eb);
-            values_run(v0, vstride, common + 1, ea_, (common + 1 - lo) % 2, nv, f16, 0, wa, wa, oa,
-                       ea, oa, ea);
-            values_run(v0, vstride, common + 1, eb_, (common + 1 - lo) % 2, nv, f16, 0, wb, wb, ob,
-                       eb, ob, eb);
-            sums_store(acc_b, nv, ob, eb);
-        } else {
-            values_run(v0, vstride, ja, ea_, (ja - lo) % 2, nv, f16, 0, wa, wa, oa, ea, oa, ea);
-        }
-        sums_store(acc_a, nv, oa, ea);
-        a += 1 + two;
+        const int g = n - a < most ? n - a : most;
+        const float *wa = w + (size_t)a * sstride;
+        float *acc_a = acc + (size_t)a * LM_ATT_ACC;
+        if (g == 4)
+            values_group(qs + a, 4, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+        else if (g == 3)
+            values_group(qs + a, 3, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+        else if (g == 2)
+            values_group(qs + a, 2, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+        else
+            values_group(qs + a, 1, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+        a += g;
     }
 }
 
@@ -398,8 +378,9 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
             prefetch_span(k0, (size_t)next * kbytes, (size_t)stop * kbytes);
         group_scores(qs, n, k0, b, b + kb < end ? b + kb : end, nq, scale, f16, scores, sstride, vmx);
     }
+    float inv[LM_ATT_QMAX];
     for (int a = 0; a < n; a++)
-        softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a]);
+        inv[a] = softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a]);
     memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
     const size_t vstride = 16 * (size_t)nv;
     for (int b = first; b <= hi; b += kb) {
@@ -408,12 +389,12 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
             prefetch_span(v0, (size_t)next * vbytes, (size_t)stop * vbytes);
         group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, acc);
     }
-    for (int a = 0; a < n; a++) {
-        const float *oa = acc + (size_t)a * LM_ATT_ACC;
+    for (int a = 0; a < n; a++) { /* the sums of exp(s - mx) v, over the sum of exp(s - mx) */
+        const float *sa = acc + (size_t)a * LM_ATT_ACC;
 #pragma GCC unroll 16
-        for (int i = 0; i < nv; i++)
-            _mm512_storeu_ps(qs[a].out + 16 * i, _mm512_add_ps(_mm512_loadu_ps(oa + 16 * i),
-                                                               _mm512_loadu_ps(oa + 16 * (16 + i))));
+        for (int u = 0; u < nv; u++)
+            _mm512_storeu_ps(qs[a].out + 16 * u,
+                             _mm512_mul_ps(_mm512_loadu_ps(sa + 16 * u), _mm512_set1_ps(inv[a])));
     }
 }
 

@@ -36,7 +36,6 @@ struct lm_ctx {
     int q_dim, k_dim, v_dim, o_dim;
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
     mm_scratch mm;       /* matmul: quantized activations, decoded rows */
-    float **scratch;     /* per thread: a head converted from an f16 cache */
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
     float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
@@ -109,20 +108,13 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     c->rope_cs = alloc_floats(ub * (size_t)(hp->n_rot / 2));
     c->rope_sn = alloc_floats(ub * (size_t)(hp->n_rot / 2));
     c->rope_n = -1;
-    c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
     c->scores = calloc((size_t)c->n_threads, sizeof *c->scores);
     if (!c->x || !c->xb || !c->proj || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 ||
-        !c->rope_cs || !c->rope_sn ||
-        !c->scratch || !c->scores)
+        !c->rope_cs || !c->rope_sn || !c->scores)
         goto oom;
     int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if (c->o_dim > widest)
         widest = c->o_dim;
-    /* attention uses 2 * max(head_dim, head_dim_v) of it (lm_attend_group) */
-    int64_t head = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
-    for (int i = 0; i < c->n_threads; i++)
-        if (!(c->scratch[i] = alloc_floats((size_t)(widest + 2 * head))))
-            goto oom;
     if (mm_scratch_init(&c->mm, c->n_threads, widest, c->ubatch))
         goto oom;
     return c;
@@ -136,11 +128,8 @@ void lm_ctx_free(lm_ctx *c)
 {
     if (!c)
         return;
-    for (int i = 0; c->scratch && i < c->n_threads; i++)
-        free(c->scratch[i]);
     for (int i = 0; c->scores && i < c->n_threads; i++)
         free(c->scores[i]);
-    free(c->scratch);
     free(c->scores);
     mm_scratch_free(&c->mm);
     free(c->x);
@@ -228,8 +217,7 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
         }
         float *scores = c->scores[tid];
         lm_attend_group(c->m, kv, il, kh, qs, r1 - r0, scores, (size_t)c->scores_cap,
-                        scores + (size_t)c->att_qmax * (size_t)c->scores_cap, c->scratch[tid],
-                        c->mm.isa);
+                        scores + (size_t)c->att_qmax * (size_t)c->scores_cap, c->mm.isa);
     }
 }
 

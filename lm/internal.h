@@ -223,18 +223,17 @@ typedef struct lm_attq {
     int lo, pos;
 } lm_attq;
 #define LM_ATT_QMAX 16     /* queries attended together, at most */
-#define LM_ATT_ACC (32 * 16) /* floats of the value sums of one query (o, odd) */
+#define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
 /*
  * Queries qs[0..n) (n <= LM_ATT_QMAX) of KV head kh against the cache of
  * layer il; each query's pos is set, lo is set here (sliding windows).
- * scores: n rows of sstride >= n_ctx floats; acc: n * LM_ATT_ACC floats;
- * tmp: 2 * max(head_dim, head_dim_v) floats.  The weighted values are summed
- * in two interleaved halves (keys lo, lo+2, ... and lo+1, lo+3, ...) added at
- * the end: two chains of additions keep the vector units busy.  A query's
- * result does not depend on the others in its group.
+ * scores: n rows of sstride >= n_ctx floats; acc: n * LM_ATT_ACC floats.
+ * A query's output is the sum over its keys, in order, of exp(s - mx) v
+ * (fused multiply-adds from zero), times 1 / the sum of the exp(s - mx):
+ * it does not depend on the other queries in its group.
  */
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
-                     float *scores, size_t sstride, float *acc, float *tmp, int isa);
+                     float *scores, size_t sstride, float *acc, int isa);
 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,
                            int hdv, float scale, float cap, float *scores, size_t sstride,
                            float *acc, int f16);

@@ -546,16 +546,13 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
         mx = s > mx ? s : mx;
     }
     float inv = lm_softmax_exp(scores, lo, pos, mx);
-    float odd[256] = {0};
     for (int i = 0; i < hd; i++)
         out[i] = 0.0f;
-    for (int j = lo; j <= pos; j++) {
-        float *acc = (j - lo) % 2 ? odd : out;
+    for (int j = lo; j <= pos; j++)
         for (int i = 0; i < hd; i++)
-            acc[i] = fmaf(scores[j] * inv, v[(size_t)j * hd + i], acc[i]);
-    }
+            out[i] = fmaf(scores[j], v[(size_t)j * hd + i], out[i]);
     for (int i = 0; i < hd; i++)
-        out[i] += odd[i];
+        out[i] *= inv;
 }
 
 /* Keys in rows (n of hd) laid out as lm_kv's tiles of 16 positions, f32 and f16. */
