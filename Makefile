@@ -27,7 +27,19 @@ TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-base \
 	clang libclang-rt-14-dev libomp-14-dev
 
-.PHONY: all check check-asan run bench install clean portable deps fuzz
+# aarch64: every lm/ file compiled for it, and its NEON dots held to the
+# scalar ones bit for bit: cross-built and run under qemu on x86-64 hosts.
+ifeq ($(shell uname -m),aarch64)
+A64_CC  = $(CC)
+A64_RUN =
+else
+A64_CC  = aarch64-linux-gnu-gcc
+A64_RUN = qemu-aarch64 -cpu max
+DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+endif
+NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c lm/quant.c
+
+.PHONY: all check check-asan check-aarch64 run bench install clean portable deps fuzz
 
 all: kvchat
 
@@ -106,7 +118,15 @@ fuzz: deps
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
-# The whole suite: a short fuzz of every target, the Check tests under
+build/aarch64/neon_kernels: $(NEON_TEST_SRC) $(wildcard lm/*.c lm/*.h) tests/qrows.h
+	@mkdir -p build/aarch64
+	$(A64_CC) $(BASE) -O2 -fsyntax-only $(wildcard lm/*.c)
+	$(A64_CC) $(BASE) -O2 -static -o $@ $(NEON_TEST_SRC) -lm
+
+check-aarch64: deps build/aarch64/neon_kernels
+	$(A64_RUN) build/aarch64/neon_kernels
+
+# The whole suite: aarch64's NEON dots under qemu, a short fuzz of every target, the Check tests under
 # AddressSanitizer and UBSan, then the Check tests of the release build (last,
 # so their summary closes the output).  The Check tests also run the
 # reference judges of $(SHARED)/tools (parity.py, tokcheck.py).
@@ -115,6 +135,7 @@ CHECK_FUZZ_TIME ?= 10
 check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
 	$(MAKE) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan
+	$(MAKE) --no-print-directory check-aarch64
 	$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME) FUZZ_OUT=build/fuzz-corpus
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan

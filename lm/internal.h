@@ -57,7 +57,8 @@ typedef struct act_row {
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
 } act_row;
 
-enum { LM_ISA_SCALAR, LM_ISA_AVX2, LM_ISA_AVX512 };
+/* NEON sits below AVX2 so that the x86 tests (isa >= LM_ISA_AVX2 ...) never take it */
+enum { LM_ISA_SCALAR, LM_ISA_NEON, LM_ISA_AVX2, LM_ISA_AVX512 };
 
 int lm_cpu_isa(void);
 int lm_act_type(uint32_t wtype);                 /* llama.cpp's vec_dot_type */
@@ -77,6 +78,11 @@ float lm_dot_f_scalar(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx512(const qrow *w, const act_row *a);
 float lm_dot_k_avx512(const qrow *w, const act_row *a);
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
+/* qdot_neon.c: the same dots with aarch64's SDOT (scalar twins elsewhere) */
+int lm_cpu_neon_dot(void);                 /* 1: aarch64 with the dot-product instructions */
+float lm_dot_b32_neon(const qrow *w, const act_row *a);
+float lm_dot_k_neon(const qrow *w, const act_row *a);
+float lm_dot_f_neon(const float *x, const float *y, int64_t n);
 /* qrow_vbmi.c: one token through a Q4_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */

@@ -425,7 +425,9 @@ void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa)
 
 float lm_dot_f(const float *x, const float *y, int64_t n, int isa)
 {
-    return isa >= LM_ISA_AVX512 ? lm_dot_f_avx512(x, y, n) : lm_dot_f_scalar(x, y, n);
+    if (isa >= LM_ISA_AVX512)
+        return lm_dot_f_avx512(x, y, n);
+    return isa == LM_ISA_NEON ? lm_dot_f_neon(x, y, n) : lm_dot_f_scalar(x, y, n);
 }
 
 float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
@@ -433,9 +435,13 @@ float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
     switch (lm_act_type(r->type)) {
     case LM_Q8_0:
     case LM_Q8_1:
-        return isa >= LM_ISA_AVX512 ? lm_dot_b32_avx512(r, a) : lm_dot_b32_scalar(r, a);
+        if (isa >= LM_ISA_AVX512)
+            return lm_dot_b32_avx512(r, a);
+        return isa == LM_ISA_NEON ? lm_dot_b32_neon(r, a) : lm_dot_b32_scalar(r, a);
     case LM_Q8_K:
-        return isa >= LM_ISA_AVX512 ? lm_dot_k_avx512(r, a) : lm_dot_k_scalar(r, a);
+        if (isa >= LM_ISA_AVX512)
+            return lm_dot_k_avx512(r, a);
+        return isa == LM_ISA_NEON ? lm_dot_k_neon(r, a) : lm_dot_k_scalar(r, a);
     default:
         return lm_dot_f(r->f, a->f, r->k, isa);
     }

@@ -11,7 +11,7 @@
  *             straight from the weights against up to 8 tokens: 32-element
  *             blocks here, K-quants in qrow_k.c; groups of 16 tokens go
  *             through qgemm.c.
- * Other architectures and older x86 CPUs use the scalar paths.
+ * aarch64 has its dots in qdot_neon.c; other CPUs use the scalar paths.
  */
 #include "internal.h"
 #include "simd.h"
@@ -270,9 +270,9 @@ AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
     return hsum16_avx512(acc);
 }
 
-#else /* not x86: scalar only */
+#else /* not x86: scalar, or NEON's dots (qdot_neon.c) */
 
-int lm_cpu_isa(void) { return LM_ISA_SCALAR; }
+int lm_cpu_isa(void) { return lm_cpu_neon_dot() ? LM_ISA_NEON : LM_ISA_SCALAR; }
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 {
     (void)r, (void)type, (void)src, (void)k;

@@ -1,0 +1,74 @@
+/*
+ * tests/aarch64/neon_kernels.c - the NEON dots (lm/qdot_neon.c) against the
+ * scalar reference, bit for bit, for every weight type.  Built with the
+ * aarch64 cross compiler and run under qemu by `make check-aarch64` (part
+ * of `make check` where those tools are installed); a plain C program,
+ * since Check is not built for aarch64 here.
+ */
+#include "../../lm/internal.h"
+#include "../qrows.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+
+static void expect_same(float got, float want, const char *what, const char *type, int k)
+{
+    if (!memcmp(&got, &want, sizeof got))
+        return;
+    fprintf(stderr, "FAIL %s %s k=%d: NEON %a, scalar %a\n", what, type, k, got, want);
+    failures++;
+}
+
+/* Every type, rows of 24 blocks and of 23 (a tail past the last four). */
+static void check_rows(void)
+{
+    static uint8_t row[K * 4], act[K * 8];
+    static float x[K];
+    static qrow_buf ref;
+    uint64_t seed = 5;
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 0.61f) * (float)(1 + i % 7);
+    for (int ti = 0; ti < N_ALL_TYPES; ti++)
+        for (int rep = 0; rep < 4; rep++)
+            for (int k = K; k >= K - 32; k -= 32) {
+                uint32_t ty = ALL_TYPES[ti];
+                if (k % lm_type_block(ty))
+                    continue;
+                size_t rb = lm_row_bytes(ty, k);
+                random_row(ty, row, rb, &seed);
+                if (ty == LM_F32 || ty == LM_F16 || ty == LM_BF16)
+                    test_row(ty, row, &seed);
+                act_row ar;
+                lm_quantize_act(ty, x, act, k);
+                lm_act_layout(lm_act_type(ty), k, &ar, act);
+                qrow_init(&ref);
+                lm_qrow_decode_scalar(&ref.r, ty, row, k);
+                expect_same(lm_qrow_dot(&ref.r, &ar, LM_ISA_NEON), lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR),
+                            "row", lm_type_name(ty), k);
+            }
+}
+
+/* Float dots of every length from 0 to 40: each tail length after 0, 1 and 2 full steps. */
+static void check_floats(void)
+{
+    float x[40], y[40];
+    for (int i = 0; i < 40; i++)
+        x[i] = cosf((float)i * 1.3f) * 3.0f, y[i] = sinf((float)i * 0.7f) / 7.0f;
+    for (int n = 0; n <= 40; n++)
+        expect_same(lm_dot_f_neon(x, y, n), lm_dot_f_scalar(x, y, n), "f32 dot", "n", n);
+}
+
+int main(void)
+{
+    if (lm_cpu_isa() != LM_ISA_NEON) {
+        fprintf(stderr, "FAIL this CPU (or qemu's) reports no SDOT: run with -cpu max\n");
+        return 1;
+    }
+    check_rows();
+    check_floats();
+    printf("aarch64 NEON dots: %s\n", failures ? "FAILED" : "bitwise equal to the scalar ones");
+    return failures != 0;
+}
