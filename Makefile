@@ -27,8 +27,8 @@ TOBJ = $(TEST_SRC:%.c=build/native/%.o)
 DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-base \
 	clang libclang-rt-14-dev libomp-14-dev
 
-# aarch64: every lm/ file compiled for it, and its NEON dots held to the
-# scalar ones bit for bit: cross-built and run under qemu on x86-64 hosts.
+# aarch64: its NEON dots held to the scalar ones bit for bit, and the engine
+# built for it held to llama.cpp's logits: cross-built, run under qemu on x86-64.
 ifeq ($(shell uname -m),aarch64)
 A64_CC  = $(CC)
 A64_RUN =
@@ -118,13 +118,23 @@ fuzz: deps
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
-build/aarch64/neon_kernels: $(NEON_TEST_SRC) $(wildcard lm/*.c lm/*.h) tests/qrows.h
+build/aarch64/neon_kernels: $(NEON_TEST_SRC) $(wildcard lm/*.h) tests/qrows.h
 	@mkdir -p build/aarch64
-	$(A64_CC) $(BASE) -O2 -fsyntax-only $(wildcard lm/*.c)
 	$(A64_CC) $(BASE) -O2 -static -o $@ $(NEON_TEST_SRC) -lm
 
-check-aarch64: deps build/aarch64/neon_kernels
+# the engine alone as `kvchat logits`, for parity.py: every quant type
+# (llama) and every architecture (Q4_K_M) of the reference models
+build/aarch64/kvchat-logits: tests/aarch64/logits.c $(wildcard lm/*.c lm/*.h)
+	@mkdir -p build/aarch64
+	$(A64_CC) $(BASE) -O2 -static -o $@ tests/aarch64/logits.c $(wildcard lm/*.c) -lm 2>&1 | \
+	  { grep -v "dlopen\|oacc-profiling" || true; }; test -x $@
+
+A64_PARITY = $(sort $(wildcard $(SHARED)/reference/llama-t512-*/ $(SHARED)/reference/*-t512-Q4_K_M/))
+
+check-aarch64: deps build/aarch64/neon_kernels build/aarch64/kvchat-logits
 	$(A64_RUN) build/aarch64/neon_kernels
+	@A64_RUN="$(A64_RUN)" $(PYTHON) $(SHARED)/tools/parity.py tests/aarch64/parity.sh $(A64_PARITY) | \
+	  tail -1 | sed 's/^/aarch64 (NEON) build: /'; test $${PIPESTATUS[0]} -eq 0
 
 # The whole suite: aarch64's NEON dots under qemu, a short fuzz of every target, the Check tests under
 # AddressSanitizer and UBSan, then the Check tests of the release build (last,
