@@ -308,6 +308,17 @@ static void decode_k(uint32_t t, const uint8_t *b, qrow *r, int64_t i)
     k_codes(t, b, r->u + i * QK_K);
 }
 
+/* A K-quant row: scales by lm_k_scales_decode, codes by a vector decoder's codes(). */
+void lm_qrow_decode_k_with(qrow *r, uint32_t type, const uint8_t *src, int64_t k, lm_k_codes_fn codes)
+{
+    size_t bs = lm_type_size(type);
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const uint8_t *blk = src + (size_t)i * bs;
+        lm_k_scales_decode(r, type, blk, i);
+        codes(type, blk, r->u + i * QK_K);
+    }
+}
+
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k)
 {
     const uint8_t *b = src;
@@ -419,6 +430,8 @@ float lm_dot_f_scalar(const float *x, const float *y, int64_t n)
 void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa)
 {
     if (isa >= LM_ISA_AVX2 && lm_qrow_decode_avx2(r, type, src, k))
+        return;
+    if (isa == LM_ISA_NEON && lm_qrow_decode_neon(r, type, src, k))
         return;
     lm_qrow_decode_scalar(r, type, src, k);
 }

@@ -7,9 +7,10 @@
  * twin computes: the same exact integer sums (their order is free), then
  * the same fused multiply-adds into the same lanes, added by the same tree,
  * so the logits do not depend on the CPU; tests/aarch64/ holds them to the
- * scalar bytes under qemu.  The rows are still decoded by the portable
- * code (qdot.c); a build for the plain ARMv8 baseline keeps running on
- * cores without SDOT, which take the scalar path.
+ * scalar bytes under qemu.  The rows of the common types (Q4_0, Q5_0,
+ * Q8_0, Q4_K, Q5_K, Q6_K) are decoded with NEON too, into qdot.c's codes.
+ * A build for the plain ARMv8 baseline keeps running on cores without
+ * SDOT, which take the scalar path.
  */
 #include "internal.h"
 
@@ -30,6 +31,118 @@ int lm_cpu_neon_dot(void)
 {
     return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 }
+
+/* ---------------------------------------------------------- decoders */
+
+static float half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return lm_f16_to_f32(h);
+}
+
+/* 32 bits -> 32 bytes of 0x00 / 0x10 (the fifth bit of Q5 codes), in bit order. */
+static inline void bits32(uint32_t bits, uint8x16_t out[2])
+{
+    static const uint8_t pick[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t mask = vld1q_u8(pick), five = vdupq_n_u8(0x10);
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t bytes = vcombine_u8(vdup_n_u8((uint8_t)(bits >> 16 * h)),
+                                       vdup_n_u8((uint8_t)(bits >> (16 * h + 8))));
+        out[h] = vandq_u8(vtstq_u8(bytes, mask), five);
+    }
+}
+
+static void decode_b32_neon(qrow *r, const uint8_t *src, int64_t nb)
+{
+    const uint32_t t = r->type;
+    const size_t bs = lm_type_size(t);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + (size_t)i * bs;
+        uint8_t *u = r->u + i * 32;
+        r->d[i] = half_at(b);
+        r->m[i] = 0.0f;
+        if (t == LM_Q8_0) { /* q + 128 */
+            vst1q_u8(u, veorq_u8(vld1q_u8(b + 2), vdupq_n_u8(0x80)));
+            vst1q_u8(u + 16, veorq_u8(vld1q_u8(b + 18), vdupq_n_u8(0x80)));
+            continue;
+        }
+        uint8x16_t x = vld1q_u8(t == LM_Q4_0 ? b + 2 : b + 6), lo = vandq_u8(x, m4), hi = vshrq_n_u8(x, 4);
+        if (t == LM_Q5_0) {
+            uint32_t qh;
+            uint8x16_t h[2];
+            memcpy(&qh, b + 2, 4);
+            bits32(qh, h);
+            lo = vorrq_u8(lo, h[0]), hi = vorrq_u8(hi, h[1]);
+        }
+        vst1q_u8(u, lo);
+        vst1q_u8(u + 16, hi);
+    }
+}
+
+/* Q4_K, Q5_K: 4 chunks of 32 bytes, each 32 low then 32 high nibbles. */
+static void codes_q45k(const uint8_t *b, uint8_t *u, int five)
+{
+    const uint8_t *ql = five ? b + 48 : b + 16;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), one = vdupq_n_u8(1);
+    for (int p = 0; p < 4; p++)
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t x = vld1q_u8(ql + 32 * p + 16 * half), lo = vandq_u8(x, m4), hi = vshrq_n_u8(x, 4);
+            if (five) { /* bit 2p of qh[l]: +16 on the low nibble's code, bit 2p+1 on the high one's */
+                uint8x16_t qh = vld1q_u8(b + 16 + 16 * half);
+                uint8x16_t b0 = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * p))), one);
+                uint8x16_t b1 = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * p - 1))), one);
+                lo = vorrq_u8(lo, vshlq_n_u8(b0, 4));
+                hi = vorrq_u8(hi, vshlq_n_u8(b1, 4));
+            }
+            vst1q_u8(u + 64 * p + 16 * half, lo);
+            vst1q_u8(u + 64 * p + 32 + 16 * half, hi);
+        }
+}
+
+/* Q6_K: code = low nibble | two high bits << 4, in four 32-wide stripes per half. */
+static void codes_q6k(const uint8_t *b, uint8_t *u)
+{
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(3);
+    for (int n = 0; n < 2; n++)
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t l0 = vld1q_u8(b + 64 * n + 16 * half), l1 = vld1q_u8(b + 64 * n + 32 + 16 * half);
+            uint8x16_t qh = vld1q_u8(b + 128 + 32 * n + 16 * half);
+            uint8x16_t low[4] = {vandq_u8(l0, m4), vandq_u8(l1, m4), vshrq_n_u8(l0, 4), vshrq_n_u8(l1, 4)};
+            for (int j = 0; j < 4; j++) {
+                uint8x16_t h = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * j))), m3);
+                vst1q_u8(u + 128 * n + 32 * j + 16 * half, vorrq_u8(low[j], vshlq_n_u8(h, 4)));
+            }
+        }
+}
+
+/* A K-quant super-block's codes. */
+static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
+{
+    if (type == LM_Q6_K)
+        codes_q6k(blk, u);
+    else
+        codes_q45k(blk, u, type == LM_Q5_K);
+}
+
+/* qdot.c's decode of the common types; 0 for the others (the caller uses the scalar one). */
+int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k)
+{
+    const uint8_t *b = src;
+    r->type = type;
+    r->k = k;
+    if (type == LM_Q4_0 || type == LM_Q5_0 || type == LM_Q8_0) {
+        decode_b32_neon(r, b, k / 32);
+        return 1;
+    }
+    if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
+        return 0;
+    lm_qrow_decode_k_with(r, type, b, k, k_codes);
+    return 1;
+}
+
+/* ------------------------------------------------------- dot products */
 
 /* The exact sum of (u - off) * a over 32 codes, as 4 partial lanes. */
 NEON_DOT static inline int32x4_t dot32(const uint8_t *u, const int8_t *a, uint8x16_t off)
@@ -109,6 +222,11 @@ NEON_DOT float lm_dot_f_neon(const float *x, const float *y, int64_t n)
 #else /* not aarch64: never chosen, the scalar twins stand in */
 
 int lm_cpu_neon_dot(void) { return 0; }
+int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k)
+{
+    (void)r, (void)type, (void)src, (void)k;
+    return 0;
+}
 float lm_dot_b32_neon(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_neon(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_neon(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }

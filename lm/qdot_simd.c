@@ -135,6 +135,15 @@ AVX2 static void codes_q6k(const uint8_t *b, uint8_t *u)
     }
 }
 
+/* A K-quant super-block's codes. */
+AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
+{
+    if (type == LM_Q6_K)
+        codes_q6k(blk, u);
+    else
+        codes_q45k(blk, u, type == LM_Q5_K);
+}
+
 /* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
 AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 {
@@ -147,15 +156,7 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
     }
     if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
         return 0;
-    size_t bs = lm_type_size(type);
-    for (int64_t i = 0; i < k / 256; i++) {
-        const uint8_t *blk = b + (size_t)i * bs;
-        lm_k_scales_decode(r, type, blk, i);
-        if (type == LM_Q6_K)
-            codes_q6k(blk, r->u + i * 256);
-        else
-            codes_q45k(blk, r->u + i * 256, type == LM_Q5_K);
-    }
+    lm_qrow_decode_k_with(r, type, b, k, k_codes);
     return 1;
 }
 

@@ -1,6 +1,6 @@
 /*
- * tests/aarch64/neon_kernels.c - the NEON dots (lm/qdot_neon.c) against the
- * scalar reference, bit for bit, for every weight type.  Built with the
+ * tests/aarch64/neon_kernels.c - the NEON decoders and dots (lm/qdot_neon.c)
+ * against the scalar reference, bit for bit, for every weight type.  Built with the
  * aarch64 cross compiler and run under qemu by `make check-aarch64` (part
  * of `make check` where those tools are installed); a plain C program,
  * since Check is not built for aarch64 here.
@@ -22,6 +22,24 @@ static void expect_same(float got, float want, const char *what, const char *typ
     failures++;
 }
 
+/* The NEON decoders write the scalar decoder's codes, scales and mins. */
+static void check_decode(uint32_t ty, const uint8_t *row, int k, const qrow_buf *want)
+{
+    static qrow_buf got;
+    qrow_init(&got);
+    if (!lm_qrow_decode_neon(&got.r, ty, row, k))
+        return;
+    int kq = ty == LM_Q4_0 || ty == LM_Q5_0 || ty == LM_Q8_0 ? 32 : 256;
+    int same = !memcmp(got.u, want->u, (size_t)k) && !memcmp(got.d, want->d, (size_t)(k / kq) * 4) &&
+               !memcmp(got.m, want->m, (size_t)(k / kq) * 4);
+    if (kq == 256)
+        same &= !memcmp(got.sc4, want->sc4, (size_t)(k / 4) * 4) && !memcmp(got.mn, want->mn, (size_t)(k / 16) * 2);
+    if (!same) {
+        fprintf(stderr, "FAIL decode %s k=%d: not the scalar decoder's bytes\n", lm_type_name(ty), k);
+        failures++;
+    }
+}
+
 /* Every type, rows of 24 blocks and of 23 (a tail past the last four). */
 static void check_rows(void)
 {
@@ -29,6 +47,7 @@ static void check_rows(void)
     static float x[K];
     static qrow_buf ref;
     uint64_t seed = 5;
+    int decoded = 0;
     for (int i = 0; i < K; i++)
         x[i] = sinf((float)i * 0.61f) * (float)(1 + i % 7);
     for (int ti = 0; ti < N_ALL_TYPES; ti++)
@@ -46,9 +65,15 @@ static void check_rows(void)
                 lm_act_layout(lm_act_type(ty), k, &ar, act);
                 qrow_init(&ref);
                 lm_qrow_decode_scalar(&ref.r, ty, row, k);
+                check_decode(ty, row, k, &ref);
+                decoded += lm_qrow_decode_neon(&ref.r, ty, row, k); /* the same bytes, checked above */
                 expect_same(lm_qrow_dot(&ref.r, &ar, LM_ISA_NEON), lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR),
                             "row", lm_type_name(ty), k);
             }
+    if (decoded != 4 * (3 * 2 + 3)) { /* Q4_0, Q5_0, Q8_0 at both lengths; Q4_K, Q5_K, Q6_K at K */
+        fprintf(stderr, "FAIL %d rows went through the NEON decoders\n", decoded);
+        failures++;
+    }
 }
 
 /* Float dots of every length from 0 to 40: each tail length after 0, 1 and 2 full steps. */
