@@ -251,13 +251,6 @@ AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __
     return _mm512_inserti64x4(_mm512_castsi256_si512(s8), m8, 1);
 }
 
-/* Lanes 2i, 2i+1 of x in lanes 0, 1. */
-AVX512 static INLINE __m128 lane_pair(__m256 x, int i)
-{
-    __m128 h = i < 2 ? _mm256_castps256_ps128(x) : _mm256_extractf128_ps(x, 1);
-    return i % 2 ? _mm_movehl_ps(h, h) : h;
-}
-
 /*
  * The m blocks' partial sums (y[i]) of one token, added in one tree, then
  * lm_dot_k_scalar's float steps block by block.
@@ -272,12 +265,14 @@ AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad
     __m128 ad4 = _mm_maskz_loadu_ps((__mmask8)((1u << m) - 1), a->d + b);
     __m256 ad = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_castps128_ps256(ad4));
     __m256 p = _mm256_mul_ps(q->dd, ad); /* d * d8 and dmin * d8 */
-    __m256 mm = _mm256_mul_ps(p, f);
-    for (int i = 0; i < m; i++) { /* block i's factors to lane 0: products in lane 0, mins in lane 1 */
-        __m128 pi = lane_pair(p, i), fi = lane_pair(f, i), mi = lane_pair(mm, i);
-        *acc = __builtin_fmaf(_mm_cvtss_f32(pi), _mm_cvtss_f32(fi), *acc);
+    float pv[8], fv[8], mv[8]; /* through memory: scalar loads spare the shuffle ports */
+    _mm256_storeu_ps(pv, p);
+    _mm256_storeu_ps(fv, f);
+    _mm256_storeu_ps(mv, _mm256_mul_ps(p, f));
+    for (int i = 0; i < m; i++) { /* block i: its product in lane 2i, its mins in lane 2i + 1 */
+        *acc = __builtin_fmaf(pv[2 * i], fv[2 * i], *acc);
         if (t != LM_Q6_K) /* Q6_K's min term is +0 */
-            *mins += _mm_cvtss_f32(_mm_movehdup_ps(mi));
+            *mins += mv[2 * i + 1];
     }
 }
 
