@@ -7,6 +7,8 @@
 
 #include "lm.h"
 
+#include <string.h>
+
 enum arch_flags {
     ARCH_QKV_BIAS = 1 << 0,      /* attn_q/k/v have biases (qwen2) */
     ARCH_QK_NORM = 1 << 1,       /* per-head RMSNorm of q and k before RoPE */
@@ -180,6 +182,14 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * and Q8_0 from 23-24 to 24-25 (interleaved runs).
  */
 #define LM_PREFETCH_AHEAD 8192
+
+/* The f16 at p (any alignment), as f32: block scales as the files store them. */
+static inline float lm_half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return lm_f16_to_f32(h);
+}
 
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 {

@@ -195,17 +195,10 @@ void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
 
 /* --------------------------------------------------- weight row decode */
 
-static float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return lm_f16_to_f32(h);
-}
-
 /* 32-element blocks: codes, scale d and (Q4_1/Q5_1) offset m per block. */
 static void decode_b32(uint32_t t, const uint8_t *b, uint8_t *u, float *d, float *m)
 {
-    *d = half_at(b);
+    *d = lm_half_at(b);
     *m = 0.0f;
     if (t == LM_Q8_0) {
         for (int j = 0; j < QK; j++)
@@ -215,11 +208,11 @@ static void decode_b32(uint32_t t, const uint8_t *b, uint8_t *u, float *d, float
     const uint8_t *qs = b + 2;
     uint32_t qh = 0;
     if (t == LM_Q4_1) {
-        *m = half_at(b + 2), qs = b + 4;
+        *m = lm_half_at(b + 2), qs = b + 4;
     } else if (t == LM_Q5_0) {
         memcpy(&qh, b + 2, 4), qs = b + 6;
     } else if (t == LM_Q5_1) {
-        *m = half_at(b + 2), memcpy(&qh, b + 4, 4), qs = b + 8;
+        *m = lm_half_at(b + 2), memcpy(&qh, b + 4, 4), qs = b + 8;
     }
     for (int j = 0; j < QK / 2; j++) {
         u[j] = (uint8_t)((qs[j] & 0xf) | (((qh >> j) << 4) & 0x10));
@@ -295,10 +288,10 @@ void lm_k_scales_decode(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
             r->sc4[i * 64 + 4 * g + j] = sc[g];
     }
     switch (t) {
-    case LM_Q2_K: r->d[i] = half_at(b + 80), r->m[i] = half_at(b + 82); break;
-    case LM_Q3_K: r->d[i] = half_at(b + 108), r->m[i] = 0.0f; break;
-    case LM_Q6_K: r->d[i] = half_at(b + 208), r->m[i] = 0.0f; break;
-    default: r->d[i] = half_at(b), r->m[i] = half_at(b + 2);
+    case LM_Q2_K: r->d[i] = lm_half_at(b + 80), r->m[i] = lm_half_at(b + 82); break;
+    case LM_Q3_K: r->d[i] = lm_half_at(b + 108), r->m[i] = 0.0f; break;
+    case LM_Q6_K: r->d[i] = lm_half_at(b + 208), r->m[i] = 0.0f; break;
+    default: r->d[i] = lm_half_at(b), r->m[i] = lm_half_at(b + 2);
     }
 }
 

@@ -34,13 +34,6 @@ int lm_cpu_neon_dot(void)
 
 /* ---------------------------------------------------------- decoders */
 
-static float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return lm_f16_to_f32(h);
-}
-
 /* 32 bits -> 32 bytes of 0x00 / 0x10 (the fifth bit of Q5 codes), in bit order. */
 static inline void bits32(uint32_t bits, uint8x16_t out[2])
 {
@@ -61,7 +54,7 @@ static void decode_b32_neon(qrow *r, const uint8_t *src, int64_t nb)
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *b = src + (size_t)i * bs;
         uint8_t *u = r->u + i * 32;
-        r->d[i] = half_at(b);
+        r->d[i] = lm_half_at(b);
         r->m[i] = 0.0f;
         if (t == LM_Q8_0) { /* q + 128 */
             vst1q_u8(u, veorq_u8(vld1q_u8(b + 2), vdupq_n_u8(0x80)));

@@ -7,7 +7,7 @@
  * Float weights are used through lm_dequant_row; quantized ones are decoded
  * for integer dot products in qdot.c.
  */
-#include "lm.h"
+#include "internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -122,18 +122,11 @@ float lm_bf16_to_f32(uint16_t h)
     return f;
 }
 
-static float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return lm_f16_to_f32(h);
-}
-
 /* ---- 32-element blocks ---- */
 
 static void deq_q4_0(const uint8_t *b, float *y)
 {
-    float d = half_at(b);
+    float d = lm_half_at(b);
     const uint8_t *qs = b + 2;
     for (int j = 0; j < QK / 2; j++) {
         y[j] = (float)((qs[j] & 0xf) - 8) * d;
@@ -143,7 +136,7 @@ static void deq_q4_0(const uint8_t *b, float *y)
 
 static void deq_q4_1(const uint8_t *b, float *y)
 {
-    float d = half_at(b), m = half_at(b + 2);
+    float d = lm_half_at(b), m = lm_half_at(b + 2);
     const uint8_t *qs = b + 4;
     for (int j = 0; j < QK / 2; j++) {
         y[j] = (float)(qs[j] & 0xf) * d + m;
@@ -163,12 +156,12 @@ static void deq_q5(const uint8_t *qh_p, const uint8_t *qs, float d, float m, int
     }
 }
 
-static void deq_q5_0(const uint8_t *b, float *y) { deq_q5(b + 2, b + 6, half_at(b), 0.0f, 16, y); }
-static void deq_q5_1(const uint8_t *b, float *y) { deq_q5(b + 4, b + 8, half_at(b), half_at(b + 2), 0, y); }
+static void deq_q5_0(const uint8_t *b, float *y) { deq_q5(b + 2, b + 6, lm_half_at(b), 0.0f, 16, y); }
+static void deq_q5_1(const uint8_t *b, float *y) { deq_q5(b + 4, b + 8, lm_half_at(b), lm_half_at(b + 2), 0, y); }
 
 static void deq_q8_0(const uint8_t *b, float *y)
 {
-    float d = half_at(b);
+    float d = lm_half_at(b);
     for (int j = 0; j < QK; j++)
         y[j] = (float)(int8_t)b[2 + j] * d;
 }
@@ -178,7 +171,7 @@ static void deq_q8_0(const uint8_t *b, float *y)
 static void deq_q2_k(const uint8_t *b, float *y)
 {
     const uint8_t *scales = b, *q = b + 16;
-    float d = half_at(b + 80), dmin = half_at(b + 82);
+    float d = lm_half_at(b + 80), dmin = lm_half_at(b + 82);
     int is = 0;
     for (int n = 0; n < QK_K; n += 128) {
         for (int shift = 0; shift < 8; shift += 2) {
@@ -206,7 +199,7 @@ static void q3k_scales(const uint8_t *p, int8_t out[16])
 static void deq_q3_k(const uint8_t *b, float *y)
 {
     const uint8_t *hm = b, *q = b + 32;
-    float d = half_at(b + 108);
+    float d = lm_half_at(b + 108);
     int8_t sc[16];
     q3k_scales(b + 96, sc);
     int is = 0;
@@ -242,7 +235,7 @@ static void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
 /* Q4_K and Q5_K (qh != NULL: the fifth bit of code l of pair j is bit 2j or 2j+1 of qh[l]). */
 static void deq_q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *ql, float *y)
 {
-    float d = half_at(b), dmin = half_at(b + 2);
+    float d = lm_half_at(b), dmin = lm_half_at(b + 2);
     const uint8_t *scales = b + 4;
     for (int j = 0; j < 8; j += 2) {
         uint8_t s0, m0, s1, m1;
@@ -264,7 +257,7 @@ static void deq_q6_k(const uint8_t *b, float *y)
 {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
-    float d = half_at(b + 208);
+    float d = lm_half_at(b + 208);
     for (int n = 0; n < QK_K; n += 128) {
         for (int l = 0; l < 32; l++) {
             int is = l / 16;
@@ -312,7 +305,7 @@ void lm_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
         return;
     case LM_F16:
         for (int64_t i = 0; i < n; i++)
-            dst[i] = half_at(p + 2 * i);
+            dst[i] = lm_half_at(p + 2 * i);
         return;
     case LM_BF16:
         for (int64_t i = 0; i < n; i++) {
