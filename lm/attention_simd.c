@@ -145,12 +145,7 @@ INLINE_AVX512 void tiles_scores_na(const lm_attq *qs, int na, int nt, const void
         tile_scores(qs, na, 1, t, nq, f16, acc);
 }
 
-/*
- * tile_scores with na and nt made constants.  A tile past the last key is
- * never read: its pages may not have been written yet, and reading one
- * maps the zero page, which the key's store then has to replace at the
- * cost of a TLB shootdown.
- */
+/* tile_scores with na and nt made constants. */
 INLINE_AVX512 void tiles_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
                                 __m512 acc[16])
 {
@@ -206,6 +201,9 @@ INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const
 /*
  * Scores of keys [b0, b1) (b0 a multiple of 32) for each query that sees
  * them: four queries at a time, four tiles at a time.  Running maxima in vmx.
+ * A tile past the last key is never read (nt stops at it): its pages may
+ * not have been written yet, and reading one maps the zero page, which the
+ * key's store then has to replace at the cost of a TLB shootdown.
  */
 INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0, int b1, int nq,
                                 float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
