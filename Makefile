@@ -136,9 +136,9 @@ check-aarch64: deps build/aarch64/neon_kernels build/aarch64/kvchat-logits
 	@A64_RUN="$(A64_RUN)" $(PYTHON) $(SHARED)/tools/parity.py tests/aarch64/parity.sh $(A64_PARITY) | \
 	  tail -1 | sed 's/^/aarch64 (NEON) build: /'; test $${PIPESTATUS[0]} -eq 0
 
-# The whole suite: aarch64's NEON dots under qemu, a short fuzz of every target, the Check tests under
-# AddressSanitizer and UBSan, then the Check tests of the release build (last,
-# so their summary closes the output).  The Check tests also run the
+# The whole suite: the aarch64 checks (under qemu), a short fuzz of every
+# target, the Check tests under AddressSanitizer and UBSan, then the Check
+# tests of the release build (last, so their summary closes the output).  The Check tests also run the
 # reference judges of $(SHARED)/tools (parity.py, tokcheck.py).
 CHECK_FUZZ_TIME ?= 10
 
