@@ -101,6 +101,10 @@ void lm_act_nibbles(act_row *a); /* fills qw with the codes in Q4_K/Q5_K's nibbl
 /* nr rows rb bytes apart through n tokens: out[ldo * j + r]; 0 for other types. */
 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                      const act_row *a, int n, float *out, size_t ldo);
+/* qrow_k_gfni.c: the same where the CPU also has VBMI and GFNI (lm_cpu_gfni) */
+int lm_cpu_gfni(void);
+int lm_rows_k_gfni(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                   const act_row *a, int n, float *out, size_t ldo);
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);
@@ -199,7 +203,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
-    int n_threads, isa, amx, vbmi;
+    int n_threads, isa, amx, vbmi, gfni;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */
     size_t act_cap;

@@ -77,6 +77,7 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         s->isa = LM_ISA_AVX2;
     s->amx = s->isa >= LM_ISA_AVX512 && !(force && !strcmp(force, "avx512")) && lm_cpu_amx();
     s->vbmi = s->isa >= LM_ISA_AVX512 && lm_cpu_vbmi();
+    s->gfni = s->vbmi && lm_cpu_gfni();
     s->max_k = max_k;
     size_t f32 = lm_act_row_bytes(LM_F32, max_k), q8 = lm_act_row_bytes(LM_Q8_0, max_k);
     s->act_cap = (size_t)max_tok * (f32 > q8 ? f32 : q8); /* the largest act format */
@@ -273,8 +274,9 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         return;
     }
     if (s->isa >= LM_ISA_AVX512 &&
-        lm_rows_k_avx512(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, s->acts + t0, nt,
-                         out + (size_t)t0 * rows + lo, (size_t)rows))
+        (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo,
+                                                      k, s->acts + t0, nt, out + (size_t)t0 * rows + lo,
+                                                      (size_t)rows))
         return;
     qrow *r = &s->rows[QROWS * tid];
     float *tmp = s->outs[tid];

@@ -4,23 +4,36 @@
  *
  * Generating a token reads every weight once, so a row must be finished
  * faster than memory delivers it.  On CPUs whose 512-bit work goes to two
- * ports only, the old kernel was bound by those ports at about 10 GB/s a
- * core: some 70 vector operations a super-block, for codes built 64 at a
- * time from 256-bit pieces, scales unpacked in scalar registers, and two
- * horizontal sums each.  Here one 64-byte load gives 128 codes (both
- * nibbles of Q4_K/Q5_K; an in-order half of Q6_K); super-blocks go in
- * fours, whose scales and mins are unpacked together by byte shuffles and
- * whose code sums and min sums all meet in one reduction tree.  The token's
- * codes are also laid out in the order the Q4_K/Q5_K nibbles come
- * (lm_act_nibbles), so the codes need no permute, and a thread's rows go
- * through in one call.  Integer sums are exact, so their order is free; the
- * float steps are lm_dot_k_scalar's, block by block, so the result is
- * bitwise the same.
+ * ports only, every vector operation a super-block counts: one 64-byte
+ * load gives 128 codes (both nibbles of Q4_K/Q5_K; an in-order half of
+ * Q6_K); super-blocks go in fours, whose scales and mins are unpacked
+ * together; the sums of 4 products of two chunks fit in 16 bits, so they
+ * are packed into one vector and meet their scales in one multiply-add; a
+ * quad's sums and mins all meet in one reduction tree.  The token's codes
+ * are laid out in the order the Q4_K/Q5_K nibbles come (lm_act_nibbles),
+ * so the codes need no permute, and a thread's rows go through in one
+ * call.  Integer sums are exact, so their order is free; the float steps
+ * are lm_dot_k_scalar's, block by block, so the result is bitwise the same.
+ *
+ * The file is compiled twice.  Alone it gives lm_rows_k_avx512 (AVX-512
+ * with VNNI) and the batch paths' decoders; qrow_k_gfni.c includes it with
+ * QROW_K_GFNI for CPUs that also have VBMI and GFNI (Ice Lake, Zen 4 on),
+ * where a high nibble is one affine byte operation instead of two, and a
+ * block's scales are picked across the whole vector by vpermb with no
+ * broadcast of the block first.
  */
 #include "internal.h"
 #include "simd.h"
 
 #include <string.h>
+
+#ifdef QROW_K_GFNI
+#define LM_ROWS_K lm_rows_k_gfni
+#else
+#define LM_ROWS_K lm_rows_k_avx512
+#endif
+
+#ifndef QROW_K_GFNI
 
 /*
  * The token's codes in the order a Q4_K/Q5_K super-block's nibbles give
@@ -34,8 +47,51 @@ void lm_act_nibbles(act_row *a)
             memcpy(a->qw + 128 * h + 32 * c, a->qs + 128 * h + from[c], 32);
     a->nibbles = 1;
 }
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+
+#ifdef QROW_K_GFNI
+#include <cpuid.h>
+
+#define KQ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")))
+
+int lm_cpu_gfni(void)
+{
+    unsigned a, b, c, d;
+    if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (c >> 1 & 1) && (c >> 8 & 1); /* VBMI and GFNI */
+}
+
+/* Each byte's high nibble: one affine map over GF(2) (bit i takes bit i + 4) */
+KQ static INLINE __m512i high_nibbles(__m512i x)
+{
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(0x1020408000000000ll), 0);
+}
+
+/* The bytes of the quad's scales that idx names (16 * block + byte), where keep is set */
+KQ static INLINE __m512i pick_scales(__m512i s8, __m512i lanes, __m512i idx, __mmask64 keep)
+{
+    (void)lanes; /* vpermb reaches every block's lane */
+    return _mm512_maskz_permutexvar_epi8(keep, idx, s8);
+}
+#else
+#define KQ AVX512
+
+KQ static INLINE __m512i high_nibbles(__m512i x)
+{
+    return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
+}
+
+/* The same from lanes, which holds the right block in each 128-bit lane (pshufb ignores idx's block bits) */
+KQ static INLINE __m512i pick_scales(__m512i s8, __m512i lanes, __m512i idx, __mmask64 keep)
+{
+    (void)s8;
+    return _mm512_maskz_shuffle_epi8(keep, lanes, idx);
+}
+#endif
+
 
 /*
  * The 128 codes of half p of a super-block (codes 128p..128p+127) as two
@@ -44,7 +100,7 @@ void lm_act_nibbles(act_row *a)
  * codes 32-63 and 96-127, the order of the token's codes in act_row.qw
  * (lm_act_nibbles), which saves the two permutes.
  */
-AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib, __m512i c[2])
+KQ static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib, __m512i c[2])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     if (t == LM_Q6_K) {
@@ -57,13 +113,13 @@ AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int 
         __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * p)));
         h = _mm512_srlv_epi16(h, shift);
         c[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(x, m4), _mm512_slli_epi16(h, 4), m30, 0xf8);
-        c[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), h, m30, 0xf8);
+        c[1] = _mm512_ternarylogic_epi32(high_nibbles(x), h, m30, 0xf8);
         return;
     }
     /* Q4_K/Q5_K: ql bytes 64p+l hold code 128p+l (low nibble) and 128p+32+l
        (high), bytes 64p+32+l codes 128p+64+l and 128p+96+l */
     __m512i x = _mm512_loadu_si512(blk + (t == LM_Q4_K ? 16 : 48) + 64 * p);
-    __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+    __m512i lo = _mm512_and_si512(x, m4), hi = high_nibbles(x);
     if (t == LM_Q5_K) { /* bit j of qh byte l: the fifth bit of code 32j + l */
         const __m512i shift = _mm512_set_epi64(0x0001000100010001ll * (4 * p + 2), 0x0001000100010001ll * (4 * p + 2),
                                                0x0001000100010001ll * (4 * p + 2), 0x0001000100010001ll * (4 * p + 2),
@@ -91,7 +147,7 @@ AVX512 static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int 
  * x holds a block's first 16 bytes in each 128-bit lane; the result, its
  * scales in bytes 0-7 and mins in 8-15.
  */
-AVX512 static INLINE __m512i six_bit_scales(__m512i x)
+KQ static INLINE __m512i six_bit_scales(__m512i x)
 {
     const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
     const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
@@ -102,7 +158,7 @@ AVX512 static INLINE __m512i six_bit_scales(__m512i x)
 }
 
 /* 16 bytes at offset off of each of the m (1..4) blocks, one per 128-bit lane; zeros past them. */
-AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
+KQ static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
 {
     __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(blk + off)));
     if (m > 1)
@@ -120,7 +176,7 @@ typedef struct kquad {
     __m256 dd;      /* d and dmin of each block in turn (Q6_K: d and 0) */
 } kquad;
 
-AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs, int m, kquad *q)
+KQ static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs, int m, kquad *q)
 {
     if (t == LM_Q6_K) {
         __m512i x = quad_bytes(blk, bs, 192, m);
@@ -138,7 +194,7 @@ AVX512 static INLINE void decode_quad(uint32_t t, const uint8_t *blk, size_t bs,
 }
 
 /* Lane i (0-3) of x in every lane; the shuffle wants a literal, which -O1 does not fold from i. */
-AVX512 static INLINE __m512i lane_everywhere(__m512i x, int i)
+KQ static INLINE __m512i lane_everywhere(__m512i x, int i)
 {
     switch (i) {
     case 0: return _mm512_shuffle_i32x4(x, x, 0x00);
@@ -148,120 +204,106 @@ AVX512 static INLINE __m512i lane_everywhere(__m512i x, int i)
     }
 }
 
-/*
- * A byte shuffle that gives lane j of a chunk the scale of its group (byte
- * 0 of the dword, the rest 0): scale a for lanes 0-7, b for 8-15 (listed
- * from byte 63 down).  Literals: GCC built computed ones byte by byte.
- */
-#define K4_IDX(a, b)                                                                            \
-    _mm512_set_epi8(o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, \
-                    o, o, o, b, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, \
-                    o, o, o, a, o, o, o, a)
-
-/*
- * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
- * lane of s8 in every lane, then chunk z takes the scales of groups 2z and
- * 2z + 1 (in nibble order, 4(z/2) + z%2 and the one two after it); the
- * mins go out as words, each twice.
- */
-AVX512 static INLINE void block_scales_k4(const kquad *q, int i, int nib, __m512i sc[4], __m256i *mn)
-{
-    const __m512i own = lane_everywhere(q->s8, i);
-    const char o = (char)0x80;
-    sc[0] = _mm512_shuffle_epi8(own, nib ? K4_IDX(0, 2) : K4_IDX(0, 1));
-    sc[1] = _mm512_shuffle_epi8(own, nib ? K4_IDX(1, 3) : K4_IDX(2, 3));
-    sc[2] = _mm512_shuffle_epi8(own, nib ? K4_IDX(4, 6) : K4_IDX(4, 5));
-    sc[3] = _mm512_shuffle_epi8(own, nib ? K4_IDX(5, 7) : K4_IDX(6, 7));
-    const __m256i midx = _mm256_set_epi8(o, 15, o, 15, o, 14, o, 14, o, 13, o, 13, o, 12, o, 12,
-                                         o, 11, o, 11, o, 10, o, 10, o, 9, o, 9, o, 8, o, 8);
-    *mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(own), midx);
-}
-#undef K4_IDX
-
-/*
- * Q6_K block i's signed scales the same way: lane j of chunk z takes scale
- * 4z + j/4, put in byte 1 of its dword and shifted down as a word, so the
- * low word is the scale, sign-extended, and the high word 0.
- */
-AVX512 static INLINE void block_scales_k6(const kquad *q, int i, __m512i sc[4])
-{
-    const __m512i own = lane_everywhere(q->s8, i);
-    const char o = (char)0x80;
-    for (int z = 0; z < 4; z++) {
-        const char a = (char)(4 * z), b = (char)(4 * z + 1), c = (char)(4 * z + 2), d = (char)(4 * z + 3);
-        const __m512i idx = _mm512_set_epi8(o, o, d, o, o, o, d, o, o, o, d, o, o, o, d, o,
-                                            o, o, c, o, o, o, c, o, o, o, c, o, o, o, c, o,
-                                            o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o,
-                                            o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o);
-        sc[z] = _mm512_srai_epi16(_mm512_shuffle_epi8(own, idx), 8);
-    }
-}
-
-/* Block i of a quad: the scale of each lane of chunk z (low word, high word 0) and the mins. */
-AVX512 static INLINE void block_scales(uint32_t t, const kquad *q, int i, int nib, __m512i sc[4],
-                                       __m256i *mn)
-{
-    if (t != LM_Q6_K) {
-        block_scales_k4(q, i, nib, sc, mn);
-        return;
-    }
-    block_scales_k6(q, i, sc);
-    *mn = _mm256_setzero_si256();
-}
-
-/* Block i's scale of every 4 codes as int32 (qrow.sc4) and min of every 16 (qrow.mn). */
-AVX512 static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t *sc4, int16_t *mn)
-{
-    __m512i sc[4];
-    __m256i m16;
-    block_scales(t, q, i, 0, sc, &m16);
-    for (int z = 0; z < 4; z++) /* the low word, sign-extended (Q6_K's scales are signed) */
-        _mm512_storeu_si512(sc4 + 16 * z, _mm512_srai_epi32(_mm512_slli_epi32(sc[z], 16), 16));
-    _mm256_storeu_si256((__m256i *)mn, m16);
-}
 
 /* A super-block's codes: chunk z holds codes 64z..64z+63 (nib: half_codes' nibble order). */
-AVX512 static INLINE void block_codes(uint32_t t, const uint8_t *blk, int nib, __m512i c[4])
+KQ static INLINE void block_codes(uint32_t t, const uint8_t *blk, int nib, __m512i c[4])
 {
     half_codes(t, blk, 0, nib, c);
     half_codes(t, blk, 1, nib, c + 2);
 }
 
+
+/* A dword of four equal index bytes */
+#define KQ_B4(x) ((int)(0x01010101u * (unsigned)(x)))
+
 /*
- * Super-block b for one token: 8 partial sums of code times scale (lanes
- * 0-7) and of min times group sum (lanes 8-15).
+ * Block i's scales for chunk pair p once packed (block_sums): 128-bit
+ * lanes 0-1 take the scales of the two chunks' first groups, lanes 2-3
+ * their second; in a lane, dwords 0-1 serve chunk 2p, dwords 2-3 chunk
+ * 2p + 1.  Q4_K/Q5_K put the scale in both words of each dword; Q6_K its
+ * signed scale of 16 codes (lane k of chunk z: scale 4z + k), sign-extended
+ * into each word.
  */
-AVX512 static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __m512i sc[4], __m256i mn,
-                                        const act_row *a, int64_t b, int nib)
+KQ static INLINE __m512i pair_scales(uint32_t t, const kquad *q, int i, int p, int nib)
+{
+    const int o = 16 * i;
+    const __m512i lanes = lane_everywhere(q->s8, i);
+    if (t == LM_Q6_K) {
+        const int a = o + 8 * p, c = a + 4;
+        __m512i idx = _mm512_set_epi32(KQ_B4(c + 3), KQ_B4(c + 3), KQ_B4(a + 3), KQ_B4(a + 3),
+                                       KQ_B4(c + 2), KQ_B4(c + 2), KQ_B4(a + 2), KQ_B4(a + 2),
+                                       KQ_B4(c + 1), KQ_B4(c + 1), KQ_B4(a + 1), KQ_B4(a + 1),
+                                       KQ_B4(c), KQ_B4(c), KQ_B4(a), KQ_B4(a));
+        return _mm512_srai_epi16(pick_scales(q->s8, lanes, idx, 0xaaaaaaaaaaaaaaaaull), 8);
+    }
+    /* chunk z's groups: in nibble order 4(z/2) + z%2 and two after it, else 2z and 2z + 1 */
+    const int a0 = o + 4 * p, a1 = a0 + (nib ? 1 : 2), b0 = a0 + (nib ? 2 : 1), b1 = a0 + 3;
+    __m512i idx = _mm512_set_epi32(KQ_B4(b1), KQ_B4(b1), KQ_B4(b0), KQ_B4(b0), KQ_B4(b1), KQ_B4(b1), KQ_B4(b0),
+                                   KQ_B4(b0), KQ_B4(a1), KQ_B4(a1), KQ_B4(a0), KQ_B4(a0), KQ_B4(a1), KQ_B4(a1),
+                                   KQ_B4(a0), KQ_B4(a0));
+    return pick_scales(q->s8, lanes, idx, 0x5555555555555555ull);
+}
+
+/* The mins of blocks 2h and 2h + 1 as words, each twice (one per 16 codes) */
+KQ static INLINE __m512i quad_mins(const kquad *q, int h)
+{
+#define KQ_M1(x) (char)(x), (char)(x), (char)(x), (char)(x)
+#define KQ_M(blk) KQ_M1(16 * (blk) + 15), KQ_M1(16 * (blk) + 14), KQ_M1(16 * (blk) + 13), KQ_M1(16 * (blk) + 12), \
+                  KQ_M1(16 * (blk) + 11), KQ_M1(16 * (blk) + 10), KQ_M1(16 * (blk) + 9), KQ_M1(16 * (blk) + 8)
+    const __m512i idx = h ? _mm512_set_epi8(KQ_M(3), KQ_M(2)) : _mm512_set_epi8(KQ_M(1), KQ_M(0));
+#undef KQ_M
+#undef KQ_M1
+    /* lanes 0-1 from block 2h, 2-3 from block 2h + 1 */
+    const __m512i lanes = h ? _mm512_shuffle_i32x4(q->s8, q->s8, 0xfa) : _mm512_shuffle_i32x4(q->s8, q->s8, 0x50);
+    return pick_scales(q->s8, lanes, idx, 0x5555555555555555ull);
+}
+
+/*
+ * Super-block b for one token: 16 partial sums of code times scale.  A
+ * chunk's sums of 4 products fit in 16 bits (|v| <= 4 * 32 * 128 even for
+ * Q6_K's codes less 32), so two chunks pack into one vector of words and
+ * one multiply-add applies both chunks' scales.
+ */
+KQ static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __m512i sp[2], const act_row *a,
+                                    int64_t b, int nib)
 {
     const int off = t == LM_Q6_K;
     const int8_t *qs = nib ? a->qw : a->qs;
-    __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* two chains, not one of four */
+    __m512i v[4], s = _mm512_setzero_si512();
     _Pragma("GCC unroll 4")
     for (int z = 0; z < 4; z++) {
         int64_t e = b * 256 + 64 * z;
         __m512i seed = off ? _mm512_loadu_si512(a->negcorr + e / 4) : _mm512_setzero_si512();
-        __m512i v = _mm512_dpbusd_epi32(seed, c[z], _mm512_loadu_si512(qs + e));
-        s[z & 1] = _mm512_dpwssd_epi32(s[z & 1], v, sc[z]);
+        v[z] = _mm512_dpbusd_epi32(seed, c[z], _mm512_loadu_si512(qs + e));
     }
-    __m512i sum = _mm512_add_epi32(s[0], s[1]);
-    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
-    __m256i m8 = off ? _mm256_setzero_si256() /* Q6_K has no mins */
-                     : _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(a->sum16 + b * 16)));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(s8), m8, 1);
+    s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), sp[0]);
+    return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), sp[1]);
 }
 
 /*
- * The m blocks' partial sums (y[i]) of one token, added in one tree, then
- * lm_dot_k_scalar's float steps block by block.
+ * The m blocks' sums (y[i]) and mins (mn: blocks 0-1, 2-3) of one token
+ * added in one tree, then lm_dot_k_scalar's float steps block by block.
  */
-AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad *q, const act_row *a, int64_t b,
-                                     int m, float *acc, float *mins)
+KQ static INLINE void quad_steps(uint32_t t, const __m512i y[4], const __m512i mn[2], const kquad *q,
+                                 const act_row *a, int64_t b, int m, float *acc, float *mins)
 {
-    __m512i r = pair_sums(pair_sums(y[0], y[1]), pair_sums(y[2], y[3])); /* 2 lanes each: sum, mins; block by block */
-    r = _mm512_add_epi32(r, _mm512_shuffle_epi32(r, 0xb1));
-    const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-    __m256 f = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, _mm512_cvtepi32_ps(r)));
+    __m512i ms[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    if (t != LM_Q6_K) { /* min times sum of 16 codes, the sums masked to the m blocks */
+        const __mmask32 k0 = m >= 2 ? ~0u : 0xffffu, k1 = m >= 4 ? ~0u : m == 3 ? 0xffffu : 0;
+        ms[0] = _mm512_madd_epi16(mn[0], _mm512_maskz_loadu_epi16(k0, a->sum16 + b * 16));
+        ms[1] = _mm512_madd_epi16(mn[1], _mm512_maskz_loadu_epi16(k1, a->sum16 + b * 16 + 32));
+    }
+    /* halves: block 2h's 8 partials in lanes 0-7, block 2h+1's in 8-15, as ms[h] */
+    __m512i z0 = _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], 0x44), _mm512_shuffle_i32x4(y[0], y[1], 0xee));
+    __m512i z1 = _mm512_add_epi32(_mm512_shuffle_i32x4(y[2], y[3], 0x44), _mm512_shuffle_i32x4(y[2], y[3], 0xee));
+    /* quarters: lanes 0-3 of P hold sums of blocks 0, 1, mins of 0, 1; Q blocks 2, 3 */
+    __m512i P = _mm512_add_epi32(_mm512_shuffle_i32x4(z0, ms[0], 0x88), _mm512_shuffle_i32x4(z0, ms[0], 0xdd));
+    __m512i Q = _mm512_add_epi32(_mm512_shuffle_i32x4(z1, ms[1], 0x88), _mm512_shuffle_i32x4(z1, ms[1], 0xdd));
+    __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(P, Q), _mm512_unpackhi_epi32(P, Q));
+    __m512i r = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, 0x4e)); /* lane k: P's total, Q's total */
+    /* block i's sum in lane 2i, its mins in 2i + 1 */
+    const __m512i order = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 5, 9, 1, 12, 4, 8, 0);
+    __m256 f = _mm512_castps512_ps256(_mm512_permutexvar_ps(order, _mm512_cvtepi32_ps(r)));
     __m128 ad4 = _mm_maskz_loadu_ps((__mmask8)((1u << m) - 1), a->d + b);
     __m256 ad = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_castps128_ps256(ad4));
     __m256 p = _mm256_mul_ps(q->dd, ad); /* d * d8 and dmin * d8 */
@@ -269,7 +311,7 @@ AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad
     _mm256_storeu_ps(pv, p);
     _mm256_storeu_ps(fv, f);
     _mm256_storeu_ps(mv, _mm256_mul_ps(p, f));
-    for (int i = 0; i < m; i++) { /* block i: its product in lane 2i, its mins in lane 2i + 1 */
+    for (int i = 0; i < m; i++) {
         *acc = __builtin_fmaf(pv[2 * i], fv[2 * i], *acc);
         if (t != LM_Q6_K) /* Q6_K's min term is +0 */
             *mins += mv[2 * i + 1];
@@ -277,13 +319,13 @@ AVX512 static INLINE void quad_steps(uint32_t t, const __m512i y[4], const kquad
 }
 
 /* Super-blocks b..b+m-1 (m <= 4) for n tokens. */
-AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
-                               int nib, float *acc, float *mins)
+KQ static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
+                           int nib, float *acc, float *mins)
 {
     const uint8_t *blk = row + (size_t)b * bs;
     kquad q;
     decode_quad(t, blk, bs, m, &q);
-    __m512i y[LM_ROW_K_TOKENS][4];
+    __m512i y[LM_ROW_K_TOKENS][4], mn[2] = {quad_mins(&q, 0), quad_mins(&q, 1)};
     _Pragma("GCC unroll 4")
     for (int i = 0; i < 4; i++) {
         if (i >= m) {
@@ -291,21 +333,21 @@ AVX512 static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_
                 y[j][i] = _mm512_setzero_si512();
             continue;
         }
-        __m512i c[4], sc[4];
-        __m256i mn;
+        __m512i c[4], sp[2];
         lm_prefetch_ahead(blk + (size_t)i * bs, bs); /* block by block: four at once was slower from DRAM */
         block_codes(t, blk + (size_t)i * bs, nib, c);
-        block_scales(t, &q, i, nib, sc, &mn);
+        sp[0] = pair_scales(t, &q, i, 0, nib);
+        sp[1] = pair_scales(t, &q, i, 1, nib);
         for (int j = 0; j < n; j++)
-            y[j][i] = block_sums(t, c, sc, mn, &a[j], b + i, nib);
+            y[j][i] = block_sums(t, c, sp, &a[j], b + i, nib);
     }
     for (int j = 0; j < n; j++)
-        quad_steps(t, y[j], &q, &a[j], b, m, &acc[j], &mins[j]);
+        quad_steps(t, y[j], mn, &q, &a[j], b, m, &acc[j], &mins[j]);
 }
 
 /* n (1..LM_ROW_K_TOKENS) tokens through a row, each super-block decoded once for all: out[ldo * j]. */
-AVX512 static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
-                                int nib, float *out, size_t ldo)
+KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
+                            int nib, float *out, size_t ldo)
 {
     float acc[LM_ROW_K_TOKENS] = {0}, mins[LM_ROW_K_TOKENS] = {0};
     const int64_t nb = k / 256;
@@ -319,8 +361,8 @@ AVX512 static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64
 }
 
 /* The row's type as a constant, and one token apart: generation's case, kept in registers. */
-AVX512 static INLINE void row_k_n(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
-                                  int nib, float *out, size_t ldo)
+KQ static INLINE void row_k_n(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
+                              int nib, float *out, size_t ldo)
 {
     if (n == 1)
         row_k(t, bs, row, k, a, 1, nib, out, ldo);
@@ -342,16 +384,15 @@ static int all_nibbles(const act_row *a, int n)
  * order a function of its own (inlined into one, GCC dropped every
  * prefetch of it).
  */
-#define ROWS_K_VARIANT(name, t, bs, nib)                                                         \
-    AVX512 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr, \
-                                                      int64_t k, const act_row *a, int n,        \
-                                                      float *out, size_t ldo)                    \
-    {                                                                                            \
-        for (int64_t r = 0; r < nr; r++)                                                         \
-            for (int j = 0; j < n; j += LM_ROW_K_TOKENS)                                         \
-                row_k_n(t, bs, row0 + (size_t)r * rb, k, a + j,                                  \
-                        n - j < LM_ROW_K_TOKENS ? n - j : LM_ROW_K_TOKENS, nib,                  \
-                        out + (size_t)j * ldo + r, ldo);                                         \
+#define ROWS_K_VARIANT(name, t, bs, nib)                                                                  \
+    KQ __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, \
+                                                  const act_row *a, int n, float *out, size_t ldo)       \
+    {                                                                                                     \
+        for (int64_t r = 0; r < nr; r++)                                                                  \
+            for (int j = 0; j < n; j += LM_ROW_K_TOKENS)                                                  \
+                row_k_n(t, bs, row0 + (size_t)r * rb, k, a + j,                                           \
+                        n - j < LM_ROW_K_TOKENS ? n - j : LM_ROW_K_TOKENS, nib,                           \
+                        out + (size_t)j * ldo + r, ldo);                                                  \
     }
 ROWS_K_VARIANT(rows_q4_k, LM_Q4_K, 144, 0)
 ROWS_K_VARIANT(rows_q4_k_nib, LM_Q4_K, 144, 1)
@@ -360,8 +401,8 @@ ROWS_K_VARIANT(rows_q5_k_nib, LM_Q5_K, 176, 1)
 ROWS_K_VARIANT(rows_q6_k, LM_Q6_K, 210, 0)
 #undef ROWS_K_VARIANT
 
-AVX512 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
-                            const act_row *a, int n, float *out, size_t ldo)
+KQ int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                 const act_row *a, int n, float *out, size_t ldo)
 {
     const int nib = all_nibbles(a, n);
     switch (t) {
@@ -372,13 +413,87 @@ AVX512 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
     }
 }
 
+#ifndef QROW_K_GFNI /* the batch paths: one copy is enough */
+
+/*
+ * A byte shuffle that gives lane j of a chunk the scale of its group (byte
+ * 0 of the dword, the rest 0): scale a for lanes 0-7, b for 8-15 (listed
+ * from byte 63 down).  Literals: GCC built computed ones byte by byte.
+ */
+#define K4_IDX(a, b)                                                                            \
+    _mm512_set_epi8(o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, \
+                    o, o, o, b, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, \
+                    o, o, o, a, o, o, o, a)
+
+/*
+ * Q4_K/Q5_K block i's scales, by byte shuffles (vpermw costs more): its
+ * lane of s8 in every lane, then chunk z takes the scales of groups 2z and
+ * 2z + 1 (in nibble order, 4(z/2) + z%2 and the one two after it); the
+ * mins go out as words, each twice.
+ */
+KQ static INLINE void block_scales_k4(const kquad *q, int i, int nib, __m512i sc[4], __m256i *mn)
+{
+    const __m512i own = lane_everywhere(q->s8, i);
+    const char o = (char)0x80;
+    sc[0] = _mm512_shuffle_epi8(own, nib ? K4_IDX(0, 2) : K4_IDX(0, 1));
+    sc[1] = _mm512_shuffle_epi8(own, nib ? K4_IDX(1, 3) : K4_IDX(2, 3));
+    sc[2] = _mm512_shuffle_epi8(own, nib ? K4_IDX(4, 6) : K4_IDX(4, 5));
+    sc[3] = _mm512_shuffle_epi8(own, nib ? K4_IDX(5, 7) : K4_IDX(6, 7));
+    const __m256i midx = _mm256_set_epi8(o, 15, o, 15, o, 14, o, 14, o, 13, o, 13, o, 12, o, 12,
+                                         o, 11, o, 11, o, 10, o, 10, o, 9, o, 9, o, 8, o, 8);
+    *mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(own), midx);
+}
+#undef K4_IDX
+
+/*
+ * Q6_K block i's signed scales the same way: lane j of chunk z takes scale
+ * 4z + j/4, put in byte 1 of its dword and shifted down as a word, so the
+ * low word is the scale, sign-extended, and the high word 0.
+ */
+KQ static INLINE void block_scales_k6(const kquad *q, int i, __m512i sc[4])
+{
+    const __m512i own = lane_everywhere(q->s8, i);
+    const char o = (char)0x80;
+    for (int z = 0; z < 4; z++) {
+        const char a = (char)(4 * z), b = (char)(4 * z + 1), c = (char)(4 * z + 2), d = (char)(4 * z + 3);
+        const __m512i idx = _mm512_set_epi8(o, o, d, o, o, o, d, o, o, o, d, o, o, o, d, o,
+                                            o, o, c, o, o, o, c, o, o, o, c, o, o, o, c, o,
+                                            o, o, b, o, o, o, b, o, o, o, b, o, o, o, b, o,
+                                            o, o, a, o, o, o, a, o, o, o, a, o, o, o, a, o);
+        sc[z] = _mm512_srai_epi16(_mm512_shuffle_epi8(own, idx), 8);
+    }
+}
+
+/* Block i of a quad: the scale of each lane of chunk z (low word, high word 0) and the mins. */
+KQ static INLINE void block_scales(uint32_t t, const kquad *q, int i, int nib, __m512i sc[4],
+                                   __m256i *mn)
+{
+    if (t != LM_Q6_K) {
+        block_scales_k4(q, i, nib, sc, mn);
+        return;
+    }
+    block_scales_k6(q, i, sc);
+    *mn = _mm256_setzero_si256();
+}
+
+/* Block i's scale of every 4 codes as int32 (qrow.sc4) and min of every 16 (qrow.mn). */
+KQ static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t *sc4, int16_t *mn)
+{
+    __m512i sc[4];
+    __m256i m16;
+    block_scales(t, q, i, 0, sc, &m16);
+    for (int z = 0; z < 4; z++) /* the low word, sign-extended (Q6_K's scales are signed) */
+        _mm512_storeu_si512(sc4 + 16 * z, _mm512_srai_epi32(_mm512_slli_epi32(sc[z], 16), 16));
+    _mm256_storeu_si256((__m256i *)mn, m16);
+}
+
 /*
  * Super-block b of a row read alone, for the batch paths: prefetched (rows
  * go in file order, so this reads the next ones), its scales unpacked into
  * *q, its codes into c, its factors into d[b] and m[b].
  */
-AVX512 static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64_t b, kquad *q, __m512i c[4],
-                                    float *d, float *m)
+KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64_t b, kquad *q, __m512i c[4],
+                                float *d, float *m)
 {
     const uint8_t *blk = row + (size_t)b * bs;
     lm_prefetch_ahead(blk, bs);
@@ -396,8 +511,8 @@ AVX512 static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, i
  * every 16 codes.  It skips the generic decode, which cost the batch path
  * more than its tiles.
  */
-AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
-                                     float *d, float *m, int16_t *mn)
+KQ static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
+                                 float *d, float *m, int16_t *mn)
 {
     const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
     for (int64_t b = 0; b < k / 256; b++) {
@@ -427,7 +542,7 @@ AVX512 static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, 
  * lm_qrow_decode leaves, then lm_trow_prepare_avx512's signed codes and
  * corrections from them.
  */
-AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
+KQ static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
 {
     for (int64_t b = 0; b < k / 256; b++) {
         kquad q;
@@ -441,7 +556,7 @@ AVX512 static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *r
     lm_trow_prepare_avx512(r);
 }
 
-AVX512 int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
+KQ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
     switch (t) {
     case LM_Q4_K: prepare_groups(LM_Q4_K, 144, row, k, r); return 1;
@@ -451,8 +566,8 @@ AVX512 int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
     }
 }
 
-AVX512 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
-                           int16_t *mn)
+KQ int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
+                       int16_t *mn)
 {
     switch (t) {
     case LM_Q4_K: put_scaled(LM_Q4_K, 144, row, k, lo, hi, d, m, mn); return 1;
@@ -462,15 +577,20 @@ AVX512 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo
     }
 }
 
-#else
+#endif
 
-int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
-                     const act_row *a, int n, float *out, size_t ldo)
+#else /* not x86-64: never called, lm_cpu_isa() is below LM_ISA_AVX512 */
+
+int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+              const act_row *a, int n, float *out, size_t ldo)
 {
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
     return 0;
 }
 
+#ifdef QROW_K_GFNI
+int lm_cpu_gfni(void) { return 0; }
+#else
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn)
 {
@@ -483,5 +603,7 @@ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
     (void)t, (void)row, (void)k, (void)r;
     return 0;
 }
+
+#endif
 
 #endif

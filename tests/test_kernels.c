@@ -166,8 +166,9 @@ END_TEST
 
 /*
  * K-quant rows of 1..8 super-blocks (whole groups of four and every tail)
- * through qrow_k.c, three rows a call (outputs ldo apart), for one token,
- * for eight and for nine (two passes of the kernel), with the token codes
+ * through both builds of qrow_k.c (AVX-512 VNNI; with VBMI and GFNI), three
+ * rows a call (outputs ldo apart), for one token, for eight and for nine
+ * (two passes of the kernel), with the token codes
  * as they are and also in nibble order (lm_act_nibbles), against the scalar
  * dot; the rows end their allocation, so the sanitizer build sees any
  * over-read.
@@ -207,15 +208,19 @@ START_TEST(test_row_k_bitwise)
             for (int nib = 0; nib < 2; nib++) {
                 for (int t = 0; nib && t < ROW_K_NTOK; t++)
                     lm_act_nibbles(&ar[t]);
-                for (size_t ni = 0; ni < sizeof ntoks / sizeof ntoks[0]; ni++) {
-                    int n = ntoks[ni];
-                    ck_assert(lm_rows_k_avx512(types[ti], rows, rb, 3, k, ar, n, got, 3));
-                    for (int r = 0; r < 3; r++)
-                        for (int t = 0; t < n; t++)
-                            ck_assert_msg(!memcmp(&got[3 * t + r], &want[r][t], 4),
-                                          "%s, %d super-blocks, nibble order %d, row %d, token %d of %d: %a vs scalar %a",
-                                          lm_type_name(types[ti]), nb, nib, r, t, n, got[3 * t + r], want[r][t]);
-                }
+                for (size_t ni = 0; ni < sizeof ntoks / sizeof ntoks[0]; ni++)
+                    for (int kv = 0; kv < 2; kv++) { /* AVX-512 VNNI, then with VBMI and GFNI */
+                        int n = ntoks[ni];
+                        if (kv && !lm_cpu_gfni())
+                            continue;
+                        ck_assert((kv ? lm_rows_k_gfni : lm_rows_k_avx512)(types[ti], rows, rb, 3, k, ar, n, got, 3));
+                        for (int r = 0; r < 3; r++)
+                            for (int t = 0; t < n; t++)
+                                ck_assert_msg(!memcmp(&got[3 * t + r], &want[r][t], 4),
+                                              "%s%s, %d super-blocks, nibble order %d, row %d, token %d of %d: %a vs "
+                                              "scalar %a", lm_type_name(types[ti]), kv ? " (GFNI)" : "", nb, nib, r,
+                                              t, n, got[3 * t + r], want[r][t]);
+                    }
             }
             free(rows);
         }
