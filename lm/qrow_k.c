@@ -92,7 +92,6 @@ KQ static INLINE __m512i pick_scales(__m512i s8, __m512i lanes, __m512i idx, __m
 }
 #endif
 
-
 /*
  * The 128 codes of half p of a super-block (codes 128p..128p+127) as two
  * chunks of 64 in order, unsigned (code + offset).  Q4_K/Q5_K with nib: in
@@ -204,14 +203,12 @@ KQ static INLINE __m512i lane_everywhere(__m512i x, int i)
     }
 }
 
-
 /* A super-block's codes: chunk z holds codes 64z..64z+63 (nib: half_codes' nibble order). */
 KQ static INLINE void block_codes(uint32_t t, const uint8_t *blk, int nib, __m512i c[4])
 {
     half_codes(t, blk, 0, nib, c);
     half_codes(t, blk, 1, nib, c + 2);
 }
-
 
 /* A dword of four equal index bytes */
 #define KQ_B4(x) ((int)(0x01010101u * (unsigned)(x)))
