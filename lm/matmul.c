@@ -24,7 +24,8 @@
 
 #define TOKEN_BLOCK 64
 #define GROUPED_BLOCK (4 * TOKEN_BLOCK) /* the grouped kernels decode a row once a block */
-#define QROWS 2 /* qrows a thread holds: the VNNI groups take two rows a call */
+#define QROWS 4 /* qrows a thread holds: the VNNI groups take four rows a call */
+#define GROUPS_L2 (640 * 1024) /* bytes of token groups a VNNI block keeps in L2 */
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,11 +151,11 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const int tid = omp_get_thread_num();
     qrow *r = &s->rows[QROWS * tid];
-    const qrow *pair[QROWS] = {r, r + 1};
+    const qrow *pair[QROWS] = {r, r + 1, r + 2, r + 3};
     float *stage = s->stage[tid];
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
-        for (int m = 0; m < 16; m += QROWS) { /* two rows at a time share the token loads */
+        for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
                 if (lm_row_k_prepare(w->type, row, k, &r[i]))
@@ -168,7 +169,9 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
                 const tgroup *g[4];
                 for (int j = 0; j < ng; j++)
                     g[j] = &s->groups[c0 / 16 + j];
-                float *o[QROWS] = {stage + m * GROUPED_BLOCK + (c0 - t0), stage + (m + 1) * GROUPED_BLOCK + (c0 - t0)};
+                float *o[QROWS];
+                for (int i = 0; i < QROWS; i++)
+                    o[i] = stage + (m + i) * GROUPED_BLOCK + (c0 - t0);
                 lm_trow_groups_avx512(pair, QROWS, g, ng, o);
             }
         }
@@ -331,8 +334,10 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 {
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
-    const int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     const int tiles = grouped && s->amx;
+    int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
+    while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
+        block /= 2; /* each four rows stream the block's groups: from L2, not L3 */
     int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
     for (int t0 = 0; t0 < n_tok; t0 += block) {
         int nb = n_tok - t0 < block ? n_tok - t0 : block;

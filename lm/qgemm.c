@@ -8,8 +8,9 @@
  * each token in one 32-bit lane ([k/4][16 tokens][4 codes]).  One vpdpbusd
  * against four weight codes broadcast from the decoded row then does four
  * codes of all 16 tokens, and a group of codes is scaled once for all 16.
- * Rows go in pairs: four groups' codes outgrow L1, and each one loaded
- * from L2 then serves two rows (one row at a time was bound by L2).
+ * Rows go in fours (K-quants in pairs): four groups' codes outgrow L1, and
+ * each one loaded from L2 then serves four rows (one row at a time was
+ * bound by L2, and so were two on a Zen 5).
  *
  * The integer sums are the exact ones of lm_dot_k_scalar and
  * lm_dot_b32_scalar and the float steps are the same, so a token gets
@@ -246,31 +247,31 @@ AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup
  * b % 16 of lm_dot_b32_scalar's accumulators, then its tree.  The blocks of
  * one lane are taken together (b = l, l + 16, ...), in the same order as
  * there, so that lane's sums stay in registers: 16 lanes of every row and
- * group would not.
+ * group would not.  nr <= 4 rows share each token load.
  */
 AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tgroup *const *g, int ng,
                                           float *const *out)
 {
     const int64_t nb = r[0]->k / 32;
-    __m512 lanes[2][4][16];
+    __m512 lanes[4][4][16];
     for (int l = 0; l < 16; l++) {
-        __m512 acc[2][4];
-        _Pragma("GCC unroll 2")
+        __m512 acc[4][4];
+        _Pragma("GCC unroll 4")
         for (int i = 0; i < nr; i++)
             _Pragma("GCC unroll 4")
             for (int j = 0; j < ng; j++)
                 acc[i][j] = _mm512_setzero_ps();
         for (int64_t b = l; b < nb; b += 16) {
-            __m512i v[2][4];
-            _Pragma("GCC unroll 2")
+            __m512i v[4][4];
+            _Pragma("GCC unroll 4")
             for (int i = 0; i < nr; i++)
                 _Pragma("GCC unroll 4")
                 for (int j = 0; j < ng; j++)
                     v[i][j] = _mm512_set1_epi32(r[i]->corr16[2 * b] + r[i]->corr16[2 * b + 1]);
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 32; q += 4) {
-                __m512i w[2];
-                _Pragma("GCC unroll 2")
+                __m512i w[4];
+                _Pragma("GCC unroll 4")
                 for (int i = 0; i < nr; i++) {
                     int32_t w4;
                     memcpy(&w4, r[i]->s8 + b * 32 + q, 4);
@@ -279,12 +280,12 @@ AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tg
                 _Pragma("GCC unroll 4")
                 for (int j = 0; j < ng; j++) {
                     __m512i a = _mm512_loadu_si512(g[j]->q + (b * 32 + q) * TG);
-                    _Pragma("GCC unroll 2")
+                    _Pragma("GCC unroll 4")
                     for (int i = 0; i < nr; i++)
                         v[i][j] = _mm512_dpbusd_epi32(v[i][j], a, w[i]);
                 }
             }
-            _Pragma("GCC unroll 2")
+            _Pragma("GCC unroll 4")
             for (int i = 0; i < nr; i++) {
                 __m512 dw = _mm512_set1_ps(r[i]->d[b]);
                 _Pragma("GCC unroll 4")
@@ -294,13 +295,13 @@ AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tg
                 }
             }
         }
-        _Pragma("GCC unroll 2")
+        _Pragma("GCC unroll 4")
         for (int i = 0; i < nr; i++)
             _Pragma("GCC unroll 4")
             for (int j = 0; j < ng; j++)
                 lanes[i][j][l] = acc[i][j];
     }
-    _Pragma("GCC unroll 2")
+    _Pragma("GCC unroll 4")
     for (int i = 0; i < nr; i++)
         _Pragma("GCC unroll 4")
         for (int j = 0; j < ng; j++)
@@ -308,35 +309,62 @@ AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tg
 }
 
 /* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */
-AVX512 static INLINE void rows_groups_ng(const qrow *const *r, int nr, const tgroup *const *g, int ng,
-                                         float *const *out)
-{
-    if (lm_act_type(r[0]->type) == LM_Q8_0)
-        rows_groups_b32(r, nr, g, ng, out);
-    else if (r[0]->type == LM_Q4_K || r[0]->type == LM_Q5_K) /* a scale per 32 codes (constant spans: the loops unroll) */
-        rows_groups(r, nr, g, ng, 32, lm_k_has_mins(r[0]->type), out);
-    else
-        rows_groups(r, nr, g, ng, 16, lm_k_has_mins(r[0]->type), out);
-}
-
-AVX512 static INLINE void rows_groups_n(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+/* K-quant rows: a scale per 32 codes for Q4_K and Q5_K (constant spans: the loops unroll). */
+AVX512 static INLINE void rows_groups_k(const qrow *const *r, int nr, const tgroup *const *g, int ng,
                                         float *const *out)
 {
+    const int has_mins = lm_k_has_mins(r[0]->type);
+    if (r[0]->type == LM_Q4_K || r[0]->type == LM_Q5_K)
+        rows_groups(r, nr, g, ng, 32, has_mins, out);
+    else
+        rows_groups(r, nr, g, ng, 16, has_mins, out);
+}
+
+/* The group count as a constant, so that the kernels' loops unroll. */
+AVX512 static INLINE void b32_groups_n(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+                                       float *const *out)
+{
     switch (ng) {
-    case 1: rows_groups_ng(r, nr, g, 1, out); break;
-    case 2: rows_groups_ng(r, nr, g, 2, out); break;
-    case 3: rows_groups_ng(r, nr, g, 3, out); break;
-    default: rows_groups_ng(r, nr, g, 4, out);
+    case 1: rows_groups_b32(r, nr, g, 1, out); break;
+    case 2: rows_groups_b32(r, nr, g, 2, out); break;
+    case 3: rows_groups_b32(r, nr, g, 3, out); break;
+    default: rows_groups_b32(r, nr, g, 4, out);
     }
 }
 
-/* nr <= 2 prepared rows of one type against ng <= 4 groups: out[i][16 * j + t] for row i, token t of group j. */
+AVX512 static INLINE void k_groups_n(const qrow *const *r, int nr, const tgroup *const *g, int ng,
+                                     float *const *out)
+{
+    switch (ng) {
+    case 1: rows_groups_k(r, nr, g, 1, out); break;
+    case 2: rows_groups_k(r, nr, g, 2, out); break;
+    case 3: rows_groups_k(r, nr, g, 3, out); break;
+    default: rows_groups_k(r, nr, g, 4, out);
+    }
+}
+
+/*
+ * nr prepared rows of one type against ng <= 4 groups: out[i][16 * j + t]
+ * for row i, token t of group j.  Rows of 32-element blocks go four at a
+ * time (each token load then serves four rows); K-quant rows two at a time,
+ * since the sums of four would not stay in registers.
+ */
 AVX512 int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out)
 {
-    if (nr == 2)
-        rows_groups_n(r, 2, g, ng, out);
-    else
-        rows_groups_n(r, 1, g, ng, out);
+    int i = 0;
+    if (lm_act_type(r[0]->type) == LM_Q8_0) {
+        for (; nr - i >= 4; i += 4)
+            b32_groups_n(r + i, 4, g, ng, out + i);
+        for (; nr - i >= 2; i += 2)
+            b32_groups_n(r + i, 2, g, ng, out + i);
+        if (i < nr)
+            b32_groups_n(r + i, 1, g, ng, out + i);
+        return 1;
+    }
+    for (; nr - i >= 2; i += 2)
+        k_groups_n(r + i, 2, g, ng, out + i);
+    if (i < nr)
+        k_groups_n(r + i, 1, g, ng, out + i);
     return 1;
 }
 

@@ -13,35 +13,39 @@
 
 /*
  * Quantized rows against 16-token groups (qgemm.c): group A holds tokens 0-7,
- * group B tokens 3-7, the rest is padding; one, two and four groups a call,
- * for the row alone and paired with its double (scales times 2, so every
- * sum exactly twice the scalar one), which shows rows or outputs mixed up.
+ * group B tokens 3-7, the rest is padding; one to four groups a call, for
+ * the row alone and with up to three copies scaled by 2, 4 and 8 (so every
+ * sum exactly that multiple of the scalar one), which shows rows or outputs
+ * mixed up.
  */
 static void check_token_groups(qrow *r, const act_row *ar, const float *want)
 {
     static uint8_t mem[2][K * 32 + 4096] __attribute__((aligned(64)));
-    static float d2[KMAX / 32], m2[KMAX / 32];
+    static float d2[3][KMAX / 32], m2[3][KMAX / 32];
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
     lm_tgroup_build(&ga, lm_act_type(r->type), ar, 8, r->k, 0, lm_cpu_isa(), mem[0]);
     lm_tgroup_build(&gb, lm_act_type(r->type), ar + 3, 5, r->k, 0, lm_cpu_isa(), mem[1]);
     ck_assert(lm_trow_prepare_avx512(r));
-    qrow twice = *r; /* shares the codes */
-    twice.d = d2, twice.m = m2;
-    for (int64_t b = 0; b < r->k / 32; b++)
-        d2[b] = 2.0f * r->d[b], m2[b] = 2.0f * r->m[b];
+    qrow scaled[3]; /* share the codes */
+    for (int i = 0; i < 3; i++) {
+        scaled[i] = *r;
+        scaled[i].d = d2[i], scaled[i].m = m2[i];
+        for (int64_t b = 0; b < r->k / 32; b++) /* times 2, 4, 8: exact */
+            d2[i][b] = (float)(2 << i) * r->d[b], m2[i][b] = (float)(2 << i) * r->m[b];
+    }
     const tgroup *gs[4] = {&ga, &gb, &ga, &gb};
-    const qrow *rows[2] = {r, &twice};
-    for (int nr = 1; nr <= 2; nr++)
-        for (int ng = 1; ng <= 4; ng *= 2) {
-            float got[2][64];
-            float *outs[2] = {got[0], got[1]};
+    const qrow *rows[4] = {r, &scaled[0], &scaled[1], &scaled[2]};
+    for (int nr = 1; nr <= 4; nr++)
+        for (int ng = 1; ng <= 4; ng++) {
+            float got[4][64];
+            float *outs[4] = {got[0], got[1], got[2], got[3]};
             ck_assert(lm_trow_groups_avx512(rows, nr, gs, ng, outs));
             for (int i = 0; i < nr; i++)
                 for (int j = 0; j < ng; j++)
                     for (int t = 0; t < 16; t++) {
                         int tok = (j % 2 ? 3 : 0) + t, n = j % 2 ? 5 : 8;
-                        float w = t < n ? want[tok] * (float)(1 + i) : 0.0f; /* absent tokens are zero */
+                        float w = t < n ? want[tok] * (float)(1 << i) : 0.0f; /* absent tokens are zero */
                         ck_assert_msg(!memcmp(&got[i][16 * j + t], &w, 4),
                                       "%s k=%d rows=%d ng=%d row %d group %d lane %d: %a vs scalar %a",
                                       lm_type_name(r->type), (int)r->k, nr, ng, i, j, t, got[i][16 * j + t], w);
