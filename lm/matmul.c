@@ -158,9 +158,9 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                if (lm_row_k_prepare(w->type, row, k, &r[i]))
-                    continue;
                 lm_prefetch_ahead(row, row_bytes);
+                if (lm_row_k_prepare(w->type, row, k, &r[i]) || lm_row_b32_prepare(w->type, row, k, &r[i]))
+                    continue;
                 lm_qrow_decode(&r[i], w->type, row, k, s->isa);
                 lm_trow_prepare_avx512(&r[i]);
             }

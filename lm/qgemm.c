@@ -150,6 +150,79 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
     return 1;
 }
 
+/* The scalar steps of lm_row_b32_prepare for block b: codes as signed bytes and their two corrections. */
+static void b32_block(uint32_t t, const uint8_t *blk, int8_t *s8, int32_t *corr, float *d)
+{
+    int32_t sum[2] = {0, 0};
+    d[0] = lm_half_at(blk);
+    for (int i = 0; i < 32; i++) {
+        s8[i] = t == LM_Q4_0 ? (int8_t)(((blk[2 + i % 16] >> (i < 16 ? 0 : 4)) & 15) - 8) : (int8_t)blk[2 + i];
+        sum[i / 16] += s8[i];
+    }
+    corr[0] = -128 * sum[0], corr[1] = -128 * sum[1];
+}
+
+/* Four blocks' sums of 16 codes + off (two vectors of 8-byte sums) as -128 * (sum - 16 * off). */
+AVX512 static INLINE __m256i b32_corr8(__m512i sad_a, __m512i sad_b, int off)
+{
+    const __m512i even = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i s16a = _mm512_add_epi64(sad_a, _mm512_bsrli_epi128(sad_a, 8));
+    __m512i s16b = _mm512_add_epi64(sad_b, _mm512_bsrli_epi128(sad_b, 8));
+    __m256i sums = _mm512_cvtepi64_epi32(_mm512_permutex2var_epi64(s16a, even, s16b));
+    return _mm256_mullo_epi32(_mm256_sub_epi32(sums, _mm256_set1_epi32(16 * off)), _mm256_set1_epi32(-128));
+}
+
+/*
+ * A Q4_0 or Q8_0 row straight from the file into the form the groups read
+ * (what lm_qrow_decode and lm_trow_prepare_avx512 make of it, in one pass):
+ * codes as signed bytes, -128 * (sum of every 16), and the block scales.
+ * Returns 0 for other types.
+ */
+AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
+{
+    if (t != LM_Q4_0 && t != LM_Q8_0)
+        return 0;
+    const int64_t nb = k / 32;
+    const int bb = t == LM_Q4_0 ? 18 : 34, off = t == LM_Q4_0 ? 8 : 128; /* bytes a block, code offset */
+    const __m512i lo_hi_a = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), lo_hi_b = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    const __m512i nib = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80), voff = _mm512_set1_epi8((char)off);
+    int8_t *s8 = r->s8; /* locals: the stores below cannot then move r's pointers */
+    int32_t *corr16 = r->corr16;
+    float *d = r->d;
+    r->type = t, r->k = k;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t *p = row + b * bb;
+        __m512i x, y; /* blocks b..b+3 as codes + off: [b b+1], [b+2 b+3] */
+        if (t == LM_Q4_0) {
+            __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 2)));
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 20)), 1);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 38)), 2);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 56)), 3);
+            __m512i lo = _mm512_and_si512(q, nib), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nib);
+            x = _mm512_permutex2var_epi64(lo, lo_hi_a, hi);
+            y = _mm512_permutex2var_epi64(lo, lo_hi_b, hi);
+        } else { /* signed codes + 128 */
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))),
+                                   _mm256_loadu_si256((const __m256i *)(p + 36)), 1);
+            y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 70))),
+                                   _mm256_loadu_si256((const __m256i *)(p + 104)), 1);
+            x = _mm512_xor_si512(x, flip), y = _mm512_xor_si512(y, flip);
+        }
+        _mm512_storeu_si512(s8 + b * 32, _mm512_sub_epi8(x, voff));
+        _mm512_storeu_si512(s8 + b * 32 + 64, _mm512_sub_epi8(y, voff));
+        _mm256_storeu_si256((__m256i *)(corr16 + 2 * b),
+                            b32_corr8(_mm512_sad_epu8(x, _mm512_setzero_si512()), _mm512_sad_epu8(y, _mm512_setzero_si512()), off));
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++)
+            memcpy(&h[i], p + i * bb, 2);
+        _mm_storeu_ps(d + b, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h))); /* exact, as lm_f16_to_f32 */
+    }
+    for (; b < nb; b++)
+        b32_block(t, row + b * bb, s8 + b * 32, corr16 + 2 * b, d + b);
+    return 1;
+}
+
 /* sum over the 16 groups of super-block b of min * (sum of 16 codes), per token. */
 AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int64_t b)
 {
@@ -390,6 +463,12 @@ int lm_trow_prepare_avx512(qrow *r)
 int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out)
 {
     (void)r, (void)nr, (void)g, (void)ng, (void)out;
+    return 0;
+}
+
+int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
+{
+    (void)t, (void)row, (void)k, (void)r;
     return 0;
 }
 

@@ -294,6 +294,49 @@ START_TEST(test_rows16_put_raw_bitwise)
 END_TEST
 
 /*
+ * Q4_0 and Q8_0 rows prepared for the VNNI groups straight from the file
+ * (lm_row_b32_prepare) hold what decode and prepare make of them: the codes
+ * as signed bytes, every 16 codes' correction and the scales, for every
+ * block count mod 4 (the tail goes block by block).
+ */
+START_TEST(test_row_b32_prepare_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q8_0};
+    static const int widths[] = {32, 64, 96, 128, 160, 224, K - 32, K, KMAX};
+    static qrow_buf direct, ref;
+    uint64_t seed = 43;
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            uint32_t ty = types[ti];
+            int k = widths[wi];
+            size_t rb = lm_row_bytes(ty, k);
+            uint8_t *row = malloc(rb); /* ends where the row ends: ASan sees a read past it */
+            ck_assert(row != NULL);
+            random_row(ty, row, rb, &seed);
+            if (ty == LM_Q8_0 && k == KMAX)
+                for (int i = 0; i < 32; i++) /* a block at both ends of the code range */
+                    row[2 + i] = i % 2 ? 0x80 : 0x7f;
+            qrow_init(&direct), qrow_init(&ref);
+            memset(direct.s8, 0x55, sizeof direct.s8), memset(direct.corr16, 0x55, sizeof direct.corr16);
+            memset(direct.d, 0x55, sizeof direct.d);
+            ck_assert(lm_row_b32_prepare(ty, row, k, &direct.r));
+            lm_qrow_decode_scalar(&ref.r, ty, row, k);
+            ck_assert(lm_trow_prepare_avx512(&ref.r));
+            ck_assert_msg(!memcmp(direct.s8, ref.s8, (size_t)k), "%s k=%d: codes differ", lm_type_name(ty), k);
+            ck_assert_msg(!memcmp(direct.corr16, ref.corr16, (size_t)k / 16 * sizeof *ref.corr16),
+                          "%s k=%d: corrections differ", lm_type_name(ty), k);
+            ck_assert_msg(!memcmp(direct.d, ref.d, (size_t)k / 32 * sizeof *ref.d), "%s k=%d: scales differ",
+                          lm_type_name(ty), k);
+            ck_assert(direct.r.type == ty && direct.r.k == k);
+            free(row);
+        }
+    ck_assert(!lm_row_b32_prepare(LM_Q5_0, NULL, 32, &direct.r)); /* other types: decode and prepare */
+}
+END_TEST
+
+/*
  * 16 rows against a group of 8 tokens in AMX tiles (qgemm_amx.c), against
  * the scalar dot of each row and token, for every type the tiles take; rows
  * are all different, so a row read at the wrong stride or a lane mixed up
@@ -629,6 +672,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_row_b32_vbmi_bitwise);
     tcase_add_test(tc, test_row_k_bitwise);
     tcase_add_test(tc, test_rows16_put_raw_bitwise);
+    tcase_add_test(tc, test_row_b32_prepare_bitwise);
     tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_quantize_act_bitwise);
     tcase_add_test(tc, test_expf);
