@@ -28,7 +28,13 @@ int kv_init(kv_context *c, const lm_model *m, int n_ctx, int kv_type, int n_thre
         kv_free(c);
         return -1;
     }
+    kv_prepare_ahead(c, KV_AHEAD);
     return 0;
+}
+
+void kv_prepare_ahead(kv_context *c, int n)
+{
+    lm_kv_populate(&c->kv, c->n_past, c->n_past + n);
 }
 
 void kv_free(kv_context *c)

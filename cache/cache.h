@@ -27,6 +27,13 @@ void kv_free(kv_context *c);
 /* Appends n tokens; all_logits (optional) receives n rows of n_vocab. */
 int kv_eval(kv_context *c, const int32_t *toks, int n, float *all_logits, volatile int *stop,
             lm_err *e);
+/*
+ * Maps the cache memory of the next n positions (from n_past on) before they
+ * are written, which would otherwise fault its pages in during the next
+ * prefill: for a moment when nobody waits, as after a reply.
+ */
+void kv_prepare_ahead(kv_context *c, int n);
+#define KV_AHEAD 512 /* positions readied at init and after a reply: a message and its answer */
 /* Drops positions >= pos. */
 void kv_truncate(kv_context *c, int pos);
 void kv_reset(kv_context *c);

@@ -327,5 +327,6 @@ int chat_reply(chat *c, reply_sink *sink, lm_err *e)
     free(r.s);
     c->last.n_past = c->kv.n_past;
     c->turns += rc == 0;
+    kv_prepare_ahead(&c->kv, KV_AHEAD); /* while the reply is read: the next prefill faults no pages */
     return rc;
 }

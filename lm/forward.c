@@ -16,8 +16,10 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /*
@@ -167,6 +169,39 @@ int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e)
         return -1;
     }
     return 0;
+}
+
+/*
+ * Pages of [p, p + n) mapped writable with their content kept, as the first
+ * store to each would.  MADV_POPULATE_WRITE (Linux 5.14) does it without
+ * touching the bytes; elsewhere each page gets one byte written back.
+ */
+static void populate(char *p, size_t n)
+{
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char *first = (char *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), *end = p + n;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(first, (size_t)(end - first), MADV_POPULATE_WRITE) == 0)
+        return;
+#endif
+    for (char *q = first; q < end; q += pg) {
+        volatile char *b = q < p ? p : q; /* only the cache's own bytes */
+        *b = *b;
+    }
+}
+
+void lm_kv_populate(lm_kv *kv, int from, int to)
+{
+    from = from < 0 ? 0 : from & ~15; /* whole 16-key tiles */
+    to = to > kv->n_pos ? kv->n_pos : (to + 15) & ~15;
+    if (!kv->k || from >= to)
+        return;
+    const size_t es = kv->type == LM_KV_F16 ? 2 : 4, heads = (size_t)kv->n_layer * (size_t)kv->n_head_kv;
+    for (size_t h = 0; h < heads; h++) { /* [layer][kv head][position]: a run per head */
+        size_t at = h * (size_t)kv->n_pos + (size_t)from, n = (size_t)(to - from);
+        populate((char *)kv->k + at * (size_t)kv->head_dim * es, n * (size_t)kv->head_dim * es);
+        populate((char *)kv->v + at * (size_t)kv->head_dim_v * es, n * (size_t)kv->head_dim_v * es);
+    }
 }
 
 void lm_kv_free(lm_kv *kv)

@@ -176,6 +176,12 @@ typedef struct lm_kv {
 
 int lm_kv_init(lm_kv *kv, const lm_model *m, int n_ctx, int type, lm_err *e);
 void lm_kv_free(lm_kv *kv);
+/*
+ * Maps the memory of positions [from, to) ahead of their first stores (the
+ * cache is allocated lazily: a page is faulted in when first written).  The
+ * content is kept; positions past n_ctx are ignored.
+ */
+void lm_kv_populate(lm_kv *kv, int from, int to);
 
 typedef struct lm_ctx lm_ctx;
 

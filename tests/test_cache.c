@@ -7,8 +7,12 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static lm_model model;
 
@@ -117,6 +121,58 @@ START_TEST(test_f16_cache_close)
 }
 END_TEST
 
+/* Whether the page holding p is in memory (mincore). */
+static int resident(const void *p)
+{
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char v = 0;
+    ck_assert(mincore((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), pg, &v) == 0);
+    return v & 1;
+}
+
+/* Transparent huge pages for every mapping make untouched pages resident with their neighbours. */
+static int thp_always(void)
+{
+    char buf[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f))
+            buf[0] = 0;
+        fclose(f);
+    }
+    return strstr(buf, "[always]") != NULL;
+}
+
+/*
+ * kv_prepare_ahead maps the next positions' pages before the next
+ * evaluation writes them (at init too), leaves the rest of a large cache
+ * unmapped, and keeps what the cache holds: logits after it equal a fresh
+ * evaluation's, bit for bit.
+ */
+START_TEST(test_prepare_ahead)
+{
+    kv_context c;
+    lm_err e;
+    float want[512];
+    fresh_logits(SEQ, 12, want);
+    ck_assert(kv_init(&c, &model, 1 << 16, LM_KV_F32, 2, &e) == 0);
+    const size_t row = (size_t)c.kv.head_dim * sizeof(float), head = (size_t)c.kv.n_pos * row;
+    const char *k = c.kv.k, *v = c.kv.v;
+    const size_t last = (size_t)c.kv.n_layer * c.kv.n_head_kv - 1; /* the last head's run */
+    ck_assert(resident(k) && resident(v + last * head + (KV_AHEAD - 1) * row));
+    if (!thp_always())
+        ck_assert(!resident(k + 8192 * row) && !resident(v + last * head + 40000 * row));
+    ck_assert(kv_eval(&c, SEQ, 11, NULL, NULL, &e) == 0);
+    kv_prepare_ahead(&c, 8192 - 11); /* over the written positions too */
+    ck_assert(resident(k + 8191 * row) && resident(v + last * head + 8191 * row));
+    if (!thp_always())
+        ck_assert(!resident(k + 16384 * row));
+    ck_assert(kv_eval(&c, SEQ + 11, 1, NULL, NULL, &e) == 0);
+    ck_assert(!memcmp(c.logits, want, sizeof want));
+    kv_free(&c);
+}
+END_TEST
+
 TCase *tcase_cache(void)
 {
     TCase *tc = tcase_create("cache");
@@ -124,5 +180,6 @@ TCase *tcase_cache(void)
     tcase_add_test(tc, test_overflow_changes_nothing);
     tcase_add_test(tc, test_sync_reuses_prefix);
     tcase_add_test(tc, test_f16_cache_close);
+    tcase_add_test(tc, test_prepare_ahead);
     return tc;
 }
