@@ -233,14 +233,19 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
        over its cache rows together, a block of keys at a time, so the cache
        is read from memory once per job instead of once per query.  Jobs
        cost more the later their tokens (causal), so they are handed out as
-       threads come free; they go out in order, so a thread's next job mostly
-       shares its KV head, whose rows are then still in L2. */
+       threads come free.  A head with many chunks (long prompts) has them
+       in a row, so a thread's next job mostly finds the head's rows still
+       in L2.  With few (short turns over a long cache), consecutive jobs
+       take different KV heads: threads that start together then stream
+       different rows from memory (one core's stream is what bounds a cache
+       that is not in L3), and a head's second chunk finds them in L3. */
     const int group = hp->n_head / hp->n_head_kv, per_kv = group * n;
     const int chunks = attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax);
-    const int jobs = hp->n_head_kv * chunks;
+    const int jobs = hp->n_head_kv * chunks, by_head = chunks > 2;
 #pragma omp for schedule(dynamic)
     for (int job = 0; job < jobs; job++) {
-        int kh = job / chunks, part = job % chunks, tid = omp_get_thread_num();
+        int kh = by_head ? job / chunks : job % hp->n_head_kv, tid = omp_get_thread_num();
+        int part = by_head ? job % chunks : job / hp->n_head_kv;
         int r0 = (int)((int64_t)per_kv * part / chunks);
         int r1 = (int)((int64_t)per_kv * (part + 1) / chunks);
         lm_attq qs[LM_ATT_QMAX];
