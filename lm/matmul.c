@@ -153,7 +153,9 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     qrow *r = &s->rows[QROWS * tid];
     const qrow *pair[QROWS] = {r, r + 1, r + 2, r + 3};
     float *stage = s->stage[tid];
-#pragma omp for schedule(static) nowait
+    /* guided: a thread that shares its core (a busy neighbour, a noisy VM)
+       takes fewer chunks instead of holding the others at the barrier */
+#pragma omp for schedule(guided) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
