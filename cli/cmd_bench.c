@@ -2,9 +2,9 @@
  * cli/cmd_bench.c - `kvchat bench`: prompt processing (pp: p tokens in one
  * evaluation) and generation (tg: n tokens one at a time), each repeated r
  * times after a warm-up, printed like llama-bench.  It also measures the
- * machine's memory read bandwidth in the same run (before and after the
- * generation runs, the better of the two) and reports how much of it
- * generation uses, since token generation is bound by reading weights.
+ * machine's memory read bandwidth in the same run (between the generation
+ * runs) and reports how much of it generation uses, since token generation
+ * is bound by reading weights.
  */
 #include "cli.h"
 
@@ -69,21 +69,37 @@ static int run_tg(kv_context *c, const int32_t *t, int n, double *tps, lm_err *e
     return 0;
 }
 
-/* Best of three passes summing a 1 GiB buffer with every thread: GB/s. */
-static double read_bandwidth(int threads)
+/* A 1 GiB buffer to time the machine's memory reads with, filled once. */
+typedef struct read_probe {
+    uint64_t *buf;
+    size_t n;
+    int threads;
+} read_probe;
+
+static int probe_init(read_probe *r, int threads)
 {
-    size_t n = (size_t)1 << 27; /* 128 Mi uint64 = 1 GiB */
-    uint64_t *buf = malloc(n * sizeof *buf);
-    if (!buf)
-        return 0;
+    r->n = (size_t)1 << 27; /* 128 Mi uint64 = 1 GiB */
+    r->threads = threads;
+    r->buf = malloc(r->n * sizeof *r->buf);
+    if (!r->buf)
+        return -1;
+    uint64_t *buf = r->buf;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < r->n; i++)
         buf[i] = i;
+    return 0;
+}
+
+/* Best of three passes summing the buffer with every thread: GB/s. */
+static double read_bandwidth(const read_probe *r)
+{
+    const uint64_t *buf = r->buf;
+    const size_t n = r->n;
     double best = 0;
-    for (int pass = 0; pass < 5; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         uint64_t sum = 0;
         double t0 = now_s();
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sum)
+#pragma omp parallel for num_threads(r->threads) schedule(static) reduction(+ : sum)
         for (size_t i = 0; i < n; i += 8) { /* a cache line a step, asked for 4 KiB ahead as the kernels do */
             __builtin_prefetch(buf + i + 512, 0, 3);
             uint64_t s8 = 0;
@@ -94,7 +110,6 @@ static double read_bandwidth(int threads)
         double gbs = (double)(n * sizeof *buf) / (now_s() - t0) / 1e9;
         best = gbs > best && sum != 1 ? gbs : best;
     }
-    free(buf);
     return best;
 }
 
@@ -153,13 +168,22 @@ static int bench(const cli_opts *o, lm_model *m, kv_context *c, int p, int n, in
         rc = 1; /* warm-up: pages mapped, threads started */
     for (int r = 0; !rc && p > 0 && r < reps; r++)
         rc = run_pp(c, toks, p, &pp.tps[pp.n++], &e);
-    /* the machine's read speed on both sides of the tg runs, the better one: this
-       machine's neighbours take bandwidth now and then */
-    double machine = n > 0 && !o->bench_csv && !rc ? read_bandwidth(threads) : 0;
+    /* the machine's read speed next to every tg run: its neighbours take
+       bandwidth now and then, so each run is set against the better of the
+       readings on its two sides */
+    read_probe probe = {0};
+    const int measure = n > 0 && !o->bench_csv && !rc && probe_init(&probe, threads) == 0;
+    double before = measure ? read_bandwidth(&probe) : 0, share = 0, lo = 0, hi = 0;
     if (!rc && n > 0)
         rc = run_tg(c, toks, n < 16 ? n : 16, &tps, &e);
-    for (int r = 0; !rc && n > 0 && r < reps; r++)
-        rc = run_tg(c, toks, n, &tg.tps[tg.n++], &e);
+    for (int r = 0; !rc && n > 0 && r < reps; r++) {
+        rc = run_tg(c, toks, n, &tg.tps[tg.n], &e);
+        double after = measure ? read_bandwidth(&probe) : 0, machine = after > before ? after : before;
+        share += machine > 0 ? per_token * tg.tps[tg.n] / 1e9 / machine / reps : 0;
+        lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
+        before = after, tg.n++;
+    }
+    free(probe.buf);
     if (rc) {
         free(toks);
         return cli_error("%s", e.msg);
@@ -169,13 +193,12 @@ static int bench(const cli_opts *o, lm_model *m, kv_context *c, int p, int n, in
         snprintf(test, sizeof test, "pp%d", p), print_row(o, base_name(o->model), mib, params, threads, test, &pp);
     if (n > 0)
         snprintf(test, sizeof test, "tg%d", n), print_row(o, base_name(o->model), mib, params, threads, test, &tg);
-    if (n > 0 && !o->bench_csv) {
-        double mean, sd, after = read_bandwidth(threads);
-        machine = after > machine ? after : machine;
+    if (measure) {
+        double mean, sd;
         stats(&tg, &mean, &sd);
-        double used = per_token * mean / 1e9;
-        printf("\ntg reads %.1f MiB of weights per token: %.1f GB/s, %.0f%% of the %.1f GB/s this machine reads\n",
-               per_token / (1024.0 * 1024.0), used, machine > 0 ? 100 * used / machine : 0, machine);
+        printf("\ntg reads %.1f MiB of weights per token: %.1f GB/s, %.0f%% of what this machine read next to each run "
+               "(%.1f-%.1f GB/s)\n",
+               per_token / (1024.0 * 1024.0), per_token * mean / 1e9, 100 * share, lo, hi);
     }
     free(toks);
     return EXIT_OK;

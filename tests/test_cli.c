@@ -7,6 +7,7 @@
 
 #include <sys/wait.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,33 @@ START_TEST(test_tokenize_bytes_exactly)
     ck_assert_str_eq(out, "128009\n");
     free(out);
     free(vocab);
+}
+END_TEST
+
+/*
+ * kvchat bench: --csv gives one pp and one tg row with positive rates; the
+ * table names the model and the tests, and says what share of the
+ * machine's read bandwidth generation used.
+ */
+START_TEST(test_bench)
+{
+    char *model = shared_path("models/stories260K.gguf"), *out;
+    char *a[] = {"bench", "-m", model, "-p", "16", "-n", "8", "-r", "2", "-t", "2", "--csv", NULL};
+    ck_assert_int_eq(kv(a, NULL, &out, NULL), 0);
+    double pp, pp_sd, tg, tg_sd;
+    int used = 0;
+    ck_assert_msg(sscanf(out, "pp16,%lf,%lf\ntg8,%lf,%lf\n%n", &pp, &pp_sd, &tg, &tg_sd, &used) == 4 &&
+                      out[used] == 0,
+                  "%s", out);
+    ck_assert(pp > 0 && tg > 0 && pp_sd >= 0 && tg_sd >= 0);
+    free(out);
+    char *b[] = {"bench", "-m", model, "-p", "8", "-n", "8", "-r", "1", "-t", "2", NULL};
+    ck_assert_int_eq(kv(b, NULL, &out, NULL), 0);
+    ck_assert_msg(strstr(out, "| stories260K.gguf") && strstr(out, "pp8 |") && strstr(out, "tg8 |") &&
+                      strstr(out, "of what this machine read next to each run"),
+                  "%s", out);
+    free(out);
+    free(model);
 }
 END_TEST
 
@@ -169,5 +197,6 @@ TCase *tcase_cli(void)
     tcase_add_test(tc, test_logits_bad_ids);
     tcase_add_test(tc, test_man_page_covers_help);
     tcase_add_test(tc, test_write_failures);
+    tcase_add_test(tc, test_bench);
     return tc;
 }
