@@ -183,11 +183,13 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * Q4_0 generated 15 tokens/s without this and 34 with it).  So the kernels
  * request the n bytes LM_PREFETCH_AHEAD beyond those they are about to
  * read, a cache line at a time: a thread's rows are contiguous, so that is
- * what it reads a few rows later.  8 KiB ahead, into L2 (the T1 hint):
- * against 4 KiB into L1, tinyllama Q4_0 went from 44-47 to 47-48 tokens/s
- * and Q8_0 from 23-24 to 24-25 (interleaved runs).
+ * what it reads a few rows later.  4 KiB ahead, into L1 (the T0 hint):
+ * on the Zen 5 that came out best (tinyllama Q4_0, 2 threads, when the
+ * machine reads 63-70 GB/s: 42-47 GB/s with 8 KiB into L2, 49-55 with
+ * this; 87% and 92-95% of it at 47-50 GB/s), while the Xeon of earlier
+ * sessions liked 8 KiB into L2 better (47-48 tokens/s against 44-47).
  */
-#define LM_PREFETCH_AHEAD 8192
+#define LM_PREFETCH_AHEAD 4096
 
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
@@ -200,7 +202,7 @@ static inline float lm_half_at(const uint8_t *p)
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 {
     for (size_t off = 0; off < n; off += 64)
-        __builtin_prefetch(p + LM_PREFETCH_AHEAD + off, 0, 2);
+        __builtin_prefetch(p + LM_PREFETCH_AHEAD + off, 0, 3);
 }
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */

@@ -225,7 +225,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
             for (int m = 0; m < 16; m++)
                 rows16_put(p, m, w, c * 16 + m, s, &s->rows[QROWS * tid]);
         /* the next 16 rows come into L2 a slice before each group: read when
-           they are unpacked, they stalled on memory (lm_prefetch_ahead's 8 KiB
+           they are unpacked, they stalled on memory (lm_prefetch_ahead's few KiB
            is a fraction of 16 long rows) */
         const uint8_t *next = (const uint8_t *)w->data + (size_t)(c + 1) * 16 * rb;
         const size_t span = c + 1 < rows / 16 ? 16 * rb : 0, ng = (size_t)(nt + 15) / 16;
