@@ -446,6 +446,7 @@ AVX512 void lm_store_rows16(const float *stage, size_t sld, float *out, size_t l
 {
     for (int t0 = 0; t0 < n; t0 += 16) {
         __m512 r[16];
+#pragma GCC unroll 16
         for (int m = 0; m < 16; m++)
             r[m] = _mm512_loadu_ps(stage + (size_t)m * sld + t0);
         store_rows_by_token(r, out + ldo * (size_t)t0, ldo, n - t0 < 16 ? n - t0 : 16);

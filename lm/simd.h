@@ -29,10 +29,12 @@ AVX512 static INLINE float hsum16_avx512(__m512 acc)
 AVX512 static INLINE void transpose16(const __m512 r[16], __m512 t[16])
 {
     __m512 a[16], u[16];
+#pragma GCC unroll 8 /* whole, so that a[] and u[] stay in registers */
     for (int i = 0; i < 8; i++) { /* 32-bit pairs of rows 2i, 2i+1 */
         a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) { /* u[4g + j], 128-bit lane l: column 4l + j of rows 4g..4g+3 */
         __m512d lo0 = _mm512_castps_pd(a[4 * g]), hi0 = _mm512_castps_pd(a[4 * g + 1]);
         __m512d lo1 = _mm512_castps_pd(a[4 * g + 2]), hi1 = _mm512_castps_pd(a[4 * g + 3]);
@@ -41,6 +43,7 @@ AVX512 static INLINE void transpose16(const __m512 r[16], __m512 t[16])
         u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi0, hi1));
         u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi0, hi1));
     }
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) { /* 128-bit lanes gathered: columns j, 4 + j, 8 + j, 12 + j */
         __m512 va = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), vb = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
         __m512 vc = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), vd = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
