@@ -226,6 +226,20 @@ static int attention_chunks(int per_kv, int n_kv, int n_threads, int qmax)
     return chunks;
 }
 
+/* Where chunk part of a KV head's per_kv queries begins.  Chunks of four or
+   more start at a multiple of 4: the kernel takes queries four at a time,
+   and a lone leftover query runs at half speed (its sums are too few to
+   cover the multiply-adds' latency).  Rounding to the nearest multiple of
+   4 keeps every chunk within qmax when qmax is one too. */
+static int chunk_start(int per_kv, int part, int chunks, int qmax)
+{
+    int r = (int)((int64_t)per_kv * part / chunks);
+    if (part == chunks || per_kv / chunks < 4 || qmax % 4)
+        return r;
+    r = (r + 2) & ~3;
+    return r < per_kv ? r : per_kv;
+}
+
 static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
 {
     const lm_hparams *hp = &c->m->hp;
@@ -246,8 +260,8 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
     for (int job = 0; job < jobs; job++) {
         int kh = by_head ? job / chunks : job % hp->n_head_kv, tid = omp_get_thread_num();
         int part = by_head ? job % chunks : job / hp->n_head_kv;
-        int r0 = (int)((int64_t)per_kv * part / chunks);
-        int r1 = (int)((int64_t)per_kv * (part + 1) / chunks);
+        int r0 = chunk_start(per_kv, part, chunks, c->att_qmax);
+        int r1 = chunk_start(per_kv, part + 1, chunks, c->att_qmax);
         lm_attq qs[LM_ATT_QMAX];
         for (int r = r0; r < r1; r++) { /* token-major: a chunk's keys end near together */
             int t = r / group, h = kh * group + r % group;
