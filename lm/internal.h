@@ -137,7 +137,7 @@ void lm_tgroup_build(tgroup *g, int atype, const act_row *a, int n, int64_t k, i
 int lm_trow_prepare_avx512(qrow *r);             /* 0: not built here */
 /* A Q4_0 or Q8_0 row straight from the file as lm_trow_prepare_avx512 leaves it (s8, corr16, d); 0 for others */
 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r);
-/* nr <= 2 rows of one type against ng <= 4 groups: out[i][16 * j + t] */
+/* nr rows of one type against ng <= 4 groups: out[i][16 * j + t] */
 int lm_trow_groups_avx512(const qrow *const *r, int nr, const tgroup *const *g, int ng, float *const *out);
 /* Rows m = 0..15 of stage (stage[m * sld + t], sld >= n rounded up to 16) stored token by token: out[ldo * t + m]. */
 void lm_store_rows16(const float *stage, size_t sld, float *out, size_t ldo, int n);

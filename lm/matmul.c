@@ -151,7 +151,9 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const int tid = omp_get_thread_num();
     qrow *r = &s->rows[QROWS * tid];
-    const qrow *pair[QROWS] = {r, r + 1, r + 2, r + 3};
+    const qrow *rq[QROWS];
+    for (int i = 0; i < QROWS; i++)
+        rq[i] = &r[i];
     float *stage = s->stage[tid];
     /* guided: a thread that shares its core (a busy neighbour, a noisy VM)
        takes fewer chunks instead of holding the others at the barrier */
@@ -174,7 +176,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
                 float *o[QROWS];
                 for (int i = 0; i < QROWS; i++)
                     o[i] = stage + (m + i) * GROUPED_BLOCK + (c0 - t0);
-                lm_trow_groups_avx512(pair, QROWS, g, ng, o);
+                lm_trow_groups_avx512(rq, QROWS, g, ng, o);
             }
         }
         lm_store_rows16(stage, GROUPED_BLOCK, out + (size_t)t0 * rows + c * 16, (size_t)rows, nt);

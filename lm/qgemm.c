@@ -381,8 +381,8 @@ AVX512 static INLINE void rows_groups_b32(const qrow *const *r, int nr, const tg
             _mm512_storeu_ps(out[i] + 16 * j, hsum16_lanes(lanes[i][j]));
 }
 
-/* Q4_K and Q5_K share a scale between two groups of 16: they scale 32 codes at once. */
-/* K-quant rows: a scale per 32 codes for Q4_K and Q5_K (constant spans: the loops unroll). */
+/* K-quant rows.  Q4_K and Q5_K share a scale between two groups of 16, so
+   they scale 32 codes at once (constant spans: the loops unroll). */
 AVX512 static INLINE void rows_groups_k(const qrow *const *r, int nr, const tgroup *const *g, int ng,
                                         float *const *out)
 {
