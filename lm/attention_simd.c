@@ -133,32 +133,6 @@ INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t,
     }
 }
 
-/* tile_scores for na queries with nt made a constant. */
-INLINE_AVX512 void tiles_scores_na(const lm_attq *qs, int na, int nt, const void *t, int nq,
-                                   int f16, __m512 acc[16])
-{
-    if (nt == 4)
-        tile_scores(qs, na, 4, t, nq, f16, acc);
-    else if (nt == 2)
-        tile_scores(qs, na, 2, t, nq, f16, acc);
-    else
-        tile_scores(qs, na, 1, t, nq, f16, acc);
-}
-
-/* tile_scores with na and nt made constants. */
-INLINE_AVX512 void tiles_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
-                                __m512 acc[16])
-{
-    if (na == 4)
-        tiles_scores_na(qs, 4, nt, t, nq, f16, acc);
-    else if (na == 3)
-        tiles_scores_na(qs, 3, nt, t, nq, f16, acc);
-    else if (na == 2)
-        tiles_scores_na(qs, 2, nt, t, nq, f16, acc);
-    else
-        tiles_scores_na(qs, 1, nt, t, nq, f16, acc);
-}
-
 /* The lanes of a tile whose keys lie in [lo, hi], given relative to the tile's first key. */
 static inline __mmask16 lane_range(int lo, int hi)
 {
@@ -179,49 +153,101 @@ static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
     }
 }
 
-/* Scores of the nt tiles from key p into the rows of the queries that see them; their maxima in vmx. */
+/*
+ * Scores of the nt tiles from key p into the rows of the na queries that
+ * see them; their running maxima in mx (na, nt constants where inlined).
+ * Most tiles lie inside every query's range (all of [inner_lo, inner_hi]):
+ * they skip the lane masks.
+ */
 INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const __m512 acc[16],
-                                 float scale, float *scores, size_t sstride, __m512 *vmx)
+                                 float scale, int inner_lo, int inner_hi, float *scores,
+                                 size_t sstride, __m512 mx[4])
 {
+    const int whole = p >= inner_lo && p + 16 * nt - 1 <= inner_hi;
+#pragma GCC unroll 4
     for (int i = 0; i < na; i++)
+#pragma GCC unroll 4
         for (int u = 0; u < nt; u++) {
             const int j0 = p + 16 * u;
-            const __mmask16 m = lane_range(qs[i].lo - j0, qs[i].pos - j0);
-            if (!m)
-                continue;
             /* the maximum is the same in any order: max_ps(s, m) keeps m
                when s is NaN, as the scalar "s > mx" does, and the sign of a
                zero maximum does not change exp(s - mx) */
             __m512 sc = _mm512_mul_ps(acc[4 * i + u], _mm512_set1_ps(scale));
+            if (whole) {
+                _mm512_storeu_ps(scores + (size_t)i * sstride + j0, sc);
+                mx[i] = _mm512_max_ps(sc, mx[i]);
+                continue;
+            }
+            const __mmask16 m = lane_range(qs[i].lo - j0, qs[i].pos - j0);
             _mm512_mask_storeu_ps(scores + (size_t)i * sstride + j0, m, sc);
-            vmx[i] = _mm512_mask_max_ps(vmx[i], m, sc, vmx[i]);
+            mx[i] = _mm512_mask_max_ps(mx[i], m, sc, mx[i]);
         }
 }
 
+/* Scores and maxima of nt tiles from key p for na queries (both constants). */
+INLINE_AVX512 void tiles_step(const lm_attq *qs, int na, int nt, int p, const void *k0, int nq,
+                              int f16, float scale, int inner_lo, int inner_hi, float *scores,
+                              size_t sstride, __m512 mx[4])
+{
+    __m512 acc[16];
+    tile_scores(qs, na, nt, (const char *)k0 + (size_t)p * 16 * nq * (f16 ? 2 : 4), nq, f16, acc);
+    tiles_to_rows(qs, na, p, nt, acc, scale, inner_lo, inner_hi, scores, sstride, mx);
+}
+
 /*
- * Scores of keys [b0, b1) (b0 a multiple of 32) for each query that sees
- * them: four queries at a time, four tiles at a time.  Running maxima in vmx.
- * A tile past the last key is never read (nt stops at it): its pages may
- * not have been written yet, and reading one maps the zero page, which the
- * key's store then has to replace at the cost of a TLB shootdown.
+ * Scores of keys [b0, b1) (b0 a multiple of 32) for na queries (a
+ * constant), four tiles at a time; running maxima in vmx.  A tile past the
+ * last key is never read (nt stops at it): its pages may not have been
+ * written yet, and reading one maps the zero page, which the key's store
+ * then has to replace at the cost of a TLB shootdown.
  */
+INLINE_AVX512 void quad_scores(const lm_attq *qs, int na, const void *k0, int b0, int b1, int nq,
+                               float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
+{
+    int lo, hi, inner_lo = qs[0].lo, inner_hi = qs[0].pos;
+    group_span(qs, na, &lo, &hi);
+    for (int i = 1; i < na; i++) { /* keys every query sees */
+        inner_lo = qs[i].lo > inner_lo ? qs[i].lo : inner_lo;
+        inner_hi = qs[i].pos < inner_hi ? qs[i].pos : inner_hi;
+    }
+    __m512 mx[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < na; i++)
+        mx[i] = vmx[i];
+    const int end = hi + 1 < b1 ? hi + 1 : b1;
+    for (int p = (lo > b0 ? lo : b0) & ~31; p < end;) {
+        const int left = (end - p + 15) / 16;
+        if (left >= 4) {
+            tiles_step(qs, na, 4, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            p += 64;
+        } else if (left >= 2) {
+            tiles_step(qs, na, 2, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            p += 32;
+        } else {
+            tiles_step(qs, na, 1, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            p += 16;
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < na; i++)
+        vmx[i] = mx[i];
+}
+
+/* Scores of keys [b0, b1) for each query that sees them, four queries at a time. */
 INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0, int b1, int nq,
                                 float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
 {
-    const size_t es = f16 ? 2 : 4;
     for (int a = 0; a < n; a += 4) {
-        const int na = n - a < 4 ? n - a : 4;
-        int lo, hi;
-        group_span(qs + a, na, &lo, &hi);
-        const int end = hi + 1 < b1 ? hi + 1 : b1;
-        for (int p = (lo > b0 ? lo : b0) & ~31, nt; p < end; p += 16 * nt) {
-            const int left = (end - p + 15) / 16;
-            nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            __m512 acc[16];
-            tiles_scores(qs + a, na, nt, (const char *)k0 + (size_t)p * 16 * nq * es, nq, f16, acc);
-            tiles_to_rows(qs + a, na, p, nt, acc, scale, scores + (size_t)a * sstride, sstride,
-                          vmx + a);
-        }
+        const lm_attq *qa = qs + a;
+        float *sa = scores + (size_t)a * sstride;
+        if (n - a >= 4)
+            quad_scores(qa, 4, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+        else if (n - a == 3)
+            quad_scores(qa, 3, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+        else if (n - a == 2)
+            quad_scores(qa, 2, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+        else
+            quad_scores(qa, 1, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
     }
 }
 

@@ -662,6 +662,61 @@ START_TEST(test_attention_fast_bitwise)
 }
 END_TEST
 
+/*
+ * Keys outside a query's range must not reach its scores' maximum.  Scores
+ * here rise with the key (or fall), so the maximum is the query's last key
+ * (or first): a key past pos (or before lo) that leaked in would change it,
+ * and with it every weight.  Queries of a group end and start apart, so
+ * some tiles hold keys that one query sees and another does not.
+ */
+/* One group of n queries for test_attention_range_edges: ends and windows shifted by shift. */
+static void range_edges_case(const float *k, const float *v, const float *kt, const uint16_t *kt16,
+                             const uint16_t *v16, const float *q, int hd, int f16, int rising,
+                             int shift, int n)
+{
+    static float s1[256], s2[LM_ATT_QMAX * 256], o1[128], o2[LM_ATT_QMAX * 128];
+    static float acc[LM_ATT_QMAX * LM_ATT_ACC];
+    lm_attq qs[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++) { /* ends 1..15 apart, windows starting mid-tile */
+        int pos = 100 + shift + 7 * a % 61, lo = rising ? 0 : 3 + shift + 5 * a % 37;
+        qs[a] = (lm_attq){q + a * 128, o2 + a * 128, lo, pos};
+    }
+    ck_assert(lm_attend_group_avx512(qs, n, f16 ? (const void *)kt16 : kt, f16 ? (const void *)v16 : v,
+                                     hd, hd, 0.125f, 0.0f, s2, 256, acc, f16));
+    for (int a = 0; a < n; a++) {
+        attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, 0.125f, 0.0f, s1, o1);
+        ck_assert_msg(!memcmp(o1, o2 + a * 128, (size_t)hd * 4),
+                      "rising %d hd %d f16 %d shift %d query %d of %d (lo %d pos %d)", rising, hd,
+                      f16, shift, a, n, qs[a].lo, qs[a].pos);
+    }
+}
+
+START_TEST(test_attention_range_edges)
+{
+    enum { N = 200, NPOS = 208, HD = 128, NQ = LM_ATT_QMAX };
+    static float k[N * HD], v[N * HD], q[NQ * HD], kt[NPOS * HD];
+    static uint16_t kt16[NPOS * HD], v16[N * HD];
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    for (int c = 0; c < 2 * 2 * 2; c++) {
+        const int rising = c % 2, hd = c / 2 % 2 ? 128 : 64, f16 = c / 4;
+        for (int j = 0; j < N; j++)
+            for (int d = 0; d < hd; d++) {
+                float x = 0.01f * (float)(rising ? j : N - j) + 0.001f * (float)(d % 7);
+                k[j * hd + d] = lm_f16_to_f32(lm_f32_to_f16(x));
+                v16[j * hd + d] = lm_f32_to_f16(cosf((float)(j * hd + d) * 0.21f));
+                v[j * hd + d] = lm_f16_to_f32(v16[j * hd + d]);
+            }
+        for (int i = 0; i < NQ * HD; i++)
+            q[i] = 0.5f + 0.01f * (float)(i % 5);
+        keys_to_tiles(k, N, hd, kt, kt16);
+        for (int shift = 0; shift < 16; shift++) /* every place in a tile for the ends */
+            for (int n = 1; n <= NQ; n += 5)
+                range_edges_case(k, v, kt, kt16, v16, q, hd, f16, rising, shift, n);
+    }
+}
+END_TEST
+
 TCase *tcase_kernels(void)
 {
     TCase *tc = tcase_create("kernels");
@@ -678,6 +733,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_attention_fast_bitwise);
+    tcase_add_test(tc, test_attention_range_edges);
     tcase_add_test(tc, test_rmsnorm_rows_bitwise);
     return tc;
 }
