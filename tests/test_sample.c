@@ -3,6 +3,7 @@
  * same seed gives the same draws, top-k 1 is greedy, top-p/min-p never
  * pick outside their set, and the repeat penalty pushes repeated tokens down.
  */
+#include <math.h>
 #include "util.h"
 
 #include <stdlib.h>
@@ -24,6 +25,32 @@ START_TEST(test_greedy_ties)
     ck_assert_int_eq(lm_sample(s, LOGITS, NULL, 0), 1);
     ck_assert_int_eq(lm_argmax(LOGITS, 8), 1);
     lm_sampler_free(s);
+}
+END_TEST
+
+/* lm_argmax against its definition: the first index that nothing after it beats, NaNs never winning. */
+START_TEST(test_argmax_definition)
+{
+    static float x[1000];
+    uint32_t r = 7;
+    for (int c = 0; c < 400; c++) {
+        int n = 1 + c * 7 % 999;
+        for (int i = 0; i < n; i++) {
+            r = r * 1103515245u + 12345u;
+            x[i] = (float)((r >> 16) % 9) - 4.0f; /* many ties */
+            if ((r >> 8) % 37 == 0)
+                x[i] = NAN;
+            if ((r >> 8) % 41 == 0)
+                x[i] = (r >> 4) % 2 ? 0.0f : -0.0f;
+        }
+        if (c % 50 == 3)
+            x[0] = NAN;
+        int32_t best = 0;
+        for (int i = 1; i < n; i++)
+            if (x[i] > x[best])
+                best = i;
+        ck_assert_int_eq(lm_argmax(x, n), best);
+    }
 }
 END_TEST
 
@@ -71,6 +98,7 @@ TCase *tcase_sample(void)
 {
     TCase *tc = tcase_create("sample");
     tcase_add_test(tc, test_greedy_ties);
+    tcase_add_test(tc, test_argmax_definition);
     tcase_add_test(tc, test_seed_reproducible);
     tcase_add_test(tc, test_filters);
     tcase_add_test(tc, test_repeat_penalty);
