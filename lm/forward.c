@@ -385,15 +385,38 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
     }
 }
 
-static void attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0)
+/*
+ * Moves the queries and residual rows of tokens [from, n) down to rows
+ * [0, n - from): in the last layer only the tokens whose logits are
+ * wanted go on past the cache write (each row's result does not depend on
+ * the others, so theirs is unchanged).
+ */
+static void keep_rows(lm_ctx *c, int from, int n)
+{
+    const size_t E = (size_t)c->m->hp.n_embd, qd = (size_t)c->q_dim;
+#pragma omp single
+    {
+        memmove(c->q, c->q + (size_t)from * qd, (size_t)(n - from) * qd * sizeof *c->q);
+        memmove(c->x, c->x + (size_t)from * E, (size_t)(n - from) * E * sizeof *c->x);
+    }
+}
+
+/* The attention half of layer il for n tokens; returns how many rows go on (keep from 'from'). */
+static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int from)
 {
     const lm_layer *L = &c->m->layers[il];
     norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     position_qk(c, kv, L, il, n, pos0);
+    if (from >= n)
+        return 0;
+    if (from > 0)
+        keep_rows(c, from, n);
+    n -= from, pos0 += from;
     attention(c, kv, il, n, pos0);
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
     residual(c, c->proj, L->post_attn_norm, n);
+    return n;
 }
 
 /* hb = act(gate) * up, from separate matrices or one fused [gate | up]. */
@@ -474,7 +497,7 @@ static int embed(lm_ctx *c, const int32_t *tokens, int n, lm_err *e)
     return 0;
 }
 
-/* Final norm and vocabulary projection for tokens [first, n) of the ubatch. */
+/* Final norm and vocabulary projection for rows [first, n) of c->x. */
 static void output_logits(lm_ctx *c, int first, int n, float *logits)
 {
     const lm_model *m = c->m;
@@ -503,10 +526,12 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
         halt = stop && *stop;
         if (halt)
             break;
-        attention_block(c, kv, il, n, pos0);
-        ffn_block(c, il, n);
-        if (il + 1 == c->m->hp.n_layer && want_first < n)
-            output_logits(c, want_first, n, logits);
+        const int last = il + 1 == c->m->hp.n_layer; /* only wanted rows past its cache write */
+        const int rows = attention_block(c, kv, il, n, pos0, last ? want_first : 0);
+        if (rows)
+            ffn_block(c, il, rows);
+        if (last && rows)
+            output_logits(c, 0, rows, logits);
     }
     if (halt) {
         lm_seterr(e, "interrupted");
