@@ -49,11 +49,17 @@ char *slurp(const char *path, size_t *len)
     return b;
 }
 
+/* In the run's directory (run_tests.c); a test binary run alone gets one per process. */
 char *tmp_path(const char *name)
 {
-    char dir[256];
-    snprintf(dir, sizeof dir, "/tmp/kvchat-tests-%d", (int)getpid());
-    mkdir(dir, 0700);
+    char dir[4096];
+    const char *run = getenv("KVCHAT_TEST_TMP");
+    if (run && *run) {
+        snprintf(dir, sizeof dir, "%s", run);
+    } else {
+        snprintf(dir, sizeof dir, "/tmp/kvchat-tests-%d", (int)getpid());
+        mkdir(dir, 0700);
+    }
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
     snprintf(p, n, "%s/%s", dir, name);
