@@ -57,6 +57,7 @@ typedef struct act_row {
     int32_t *ncw;      /* per window: negcorr of codes 4q.. and 16+4q.. added, lane 4i+q */
     int windows;       /* 1 once qw and ncw hold this row's values */
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
+    int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */
 } act_row;
 
 /* NEON sits below AVX2 so that the x86 tests (isa >= LM_ISA_AVX2 ...) never take it */
@@ -88,12 +89,17 @@ int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k); /* 
 float lm_dot_b32_neon(const qrow *w, const act_row *a);
 float lm_dot_k_neon(const qrow *w, const act_row *a);
 float lm_dot_f_neon(const float *x, const float *y, int64_t n);
-/* qrow_vbmi.c: one token through a Q4_0 row read in order, 4 blocks a load pair */
+/* qrow_vbmi.c: one token through a Q4_0/Q5_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
 void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
 /* Q4_0, Q5_0: nr rows rb bytes apart, out[r] */
 void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                       const act_row *a, float *out);
+/* Q4_0 rows through a few tokens, each step's blocks one a lane (qrow_vbmi.c) */
+void lm_act_lanes(act_row *a);             /* fills qw, ncw from qs, negcorr */
+/* nr rows rb bytes apart times tokens a[0..n): out[t * ostride + r] */
+void lm_rows_lanes_vbmi(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                        int n, float *out, size_t ostride);
 
 /* qrow_k.c: Q4_K, Q5_K and Q6_K rows through a few tokens, 8 at a time (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8

@@ -76,8 +76,8 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     p += (k / 4) * sizeof(int32_t);
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     r->qw = (int8_t *)p;
-    r->ncw = (int32_t *)(p + (k / QK + 3) / 4 * 128);
-    r->windows = r->nibbles = 0;
+    r->ncw = (int32_t *)(p + (k / QK + 15) / 16 * 512);
+    r->windows = r->nibbles = r->lanes = 0;
     r->f = (float *)base;
 }
 
@@ -88,7 +88,7 @@ size_t lm_act_row_bytes(int atype, int64_t k)
     int64_t nb = k / QK;
     size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
     n += (size_t)(k / 4) * 4 + 64;              /* negcorr */
-    n += (size_t)(nb + 3) / 4 * (128 + 64);      /* qw, ncw */
+    n += (size_t)(nb + 15) / 16 * (512 + 256);   /* qw, ncw: whole steps of 16 blocks */
     return (n + 63) / 64 * 64;
 }
 

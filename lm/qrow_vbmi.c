@@ -1,6 +1,7 @@
 /*
  * lm/qrow_vbmi.c - one token through a Q4_0 or Q5_0 row read front to
- * back, where the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
+ * back, and a few tokens (2-13, a short chat turn) through Q4_0 rows,
+ * where the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
  *
  * Generating a token reads every weight once, so the kernel must finish a
  * row faster than memory delivers it, and read in the order the hardware
@@ -36,6 +37,29 @@ void lm_act_windows(act_row *a)
             a->ncw[16 * j + 4 * i + q] = a->negcorr[8 * b + q] + a->negcorr[8 * b + 4 + q];
     }
     a->windows = 1;
+}
+
+/*
+ * The token's codes for a few tokens through Q4_0 rows (lm_rows_lanes_vbmi):
+ * per step of 16 blocks, 8 vectors of 64 bytes, vector q holding codes
+ * 4q..4q+3 of block j in lane j; ncw lane j the block's whole negcorr.
+ * Zeros past the last block.
+ */
+void lm_act_lanes(act_row *a)
+{
+    const int64_t nb = a->k / 32, ns = (nb + 15) / 16;
+    memset(a->qw, 0, (size_t)ns * 512);
+    memset(a->ncw, 0, (size_t)ns * 16 * sizeof *a->ncw);
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t *step = a->qw + 512 * (b / 16) + 4 * (b % 16);
+        int32_t nc = 0;
+        for (int q = 0; q < 8; q++) {
+            memcpy(step + 64 * q, a->qs + 32 * b + 4 * q, 4);
+            nc += a->negcorr[8 * b + q];
+        }
+        a->ncw[b] = nc;
+    }
+    a->lanes = 1;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -184,6 +208,144 @@ VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t n
     (t == LM_Q5_0 ? rows_q5_0 : rows_q4_0)(row0, rb, nr, k, a, out);
 }
 
+/*
+ * A few tokens through Q4_0 rows.  With one token, the lanes of a window
+ * hold 4 partial sums of a block, added up per step (three rounds of pair
+ * sums); with several, that adding would be paid per token.  Here a step's
+ * 16 blocks are laid out once per row with lane j holding 4 bytes of block
+ * j (three byte permutes a vector: blocks 0-6 lie in the first 128 bytes,
+ * 7-13 in the 128 from byte 126, 14-15 in the 36 from byte 252), so each
+ * token's 8 vpdpbusd leave every block's exact sum in its own lane, and
+ * take lm_dot_b32_scalar's float steps as the other kernels do.
+ */
+
+/* Bytes [from, from + 64) of a step of n bytes at w, zeros past n. */
+VBMI static INLINE __m512i step_bytes(const uint8_t *w, int from, int n)
+{
+    if (n >= from + 64)
+        return _mm512_loadu_si512(w + from);
+    return n > from ? _mm512_maskz_loadu_epi8(first_bytes(n - from), w + from) : _mm512_setzero_si512();
+}
+
+/* Byte c of lane j (0-15): byte 18j + off + c of the step, relative to its part's first byte. */
+VBMI static INLINE __m512i lane_index(int off, int width)
+{
+    int8_t ix[64];
+    for (int j = 0; j < 16; j++)
+        for (int c = 0; c < 4; c++) {
+            int at = 18 * j + off + (c < width ? c : 0);
+            ix[4 * j + c] = (int8_t)(at - (j < 7 ? 0 : j < 14 ? 126 : 252));
+        }
+    return _mm512_loadu_si512(ix);
+}
+
+/* A step's nibble bytes, lane j the 4 bytes 4q..4q+3 of block j in r[q]; scales as f32. */
+VBMI static INLINE void q4_0_lanes(const uint8_t *w, int m, __m512i nib, __m512i scl, __m512i r[4],
+                                    __m512 *dw)
+{
+    const int n = 18 * m;
+    const __m512i s0 = step_bytes(w, 0, n), s1 = step_bytes(w, 64, n), s2 = step_bytes(w, 126, n);
+    const __m512i s3 = step_bytes(w, 190, n), s4 = step_bytes(w, 252, n);
+    const __mmask64 part_a = 0x0fffffffull, part_b = 0x00fffffff0000000ull, part_c = ~(part_a | part_b);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const __m512i ix = _mm512_add_epi8(nib, _mm512_set1_epi8((char)(4 * q)));
+        __m512i a = _mm512_maskz_permutex2var_epi8(part_a, s0, ix, s1);
+        __m512i b = _mm512_maskz_permutex2var_epi8(part_b, s2, ix, s3);
+        __m512i c = _mm512_maskz_permutexvar_epi8(part_c, ix, s4);
+        r[q] = _mm512_ternarylogic_epi32(a, b, c, 0xfe);
+    }
+    /* the scales: byte 2j, 2j+1 of the low half from lane j's first two */
+    __m512i a = _mm512_maskz_permutex2var_epi8(part_a, s0, scl, s1);
+    __m512i b = _mm512_maskz_permutex2var_epi8(part_b, s2, scl, s3);
+    __m512i c = _mm512_maskz_permutexvar_epi8(part_c, scl, s4);
+    __m512i d = _mm512_ternarylogic_epi32(a, b, c, 0xfe); /* lane j: its scale in the low 16 bits */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+/* n (a constant) tokens through one row: out[t * ostride]; nib, scl from lane_index. */
+VBMI static INLINE void row_lanes(const uint8_t *row, int64_t k, const act_row *a, int n, __m512i nib,
+                                  __m512i scl, float *out, size_t ostride)
+{
+    const int64_t nb = k / 32;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < n; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 16) {
+        const int m = nb - b < 16 ? (int)(nb - b) : 16;
+        const __mmask16 live = (__mmask16)((1u << m) - 1);
+        __m512i r[4], lo[4], hi[4];
+        __m512 dw;
+        lm_prefetch_ahead(row + 18 * b, (size_t)(18 * m));
+        q4_0_lanes(row + 18 * b, m, nib, scl, r, &dw);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            lo[q] = _mm512_and_si512(r[q], m4);
+            hi[q] = _mm512_and_si512(_mm512_srli_epi16(r[q], 4), m4);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < n; t++) {
+            const int8_t *qw = a[t].qw + 512 * (b / 16);
+            __m512i v0 = _mm512_loadu_si512(a[t].ncw + b), v1 = _mm512_setzero_si512();
+            v0 = _mm512_dpbusd_epi32(v0, lo[0], _mm512_loadu_si512(qw));
+            v1 = _mm512_dpbusd_epi32(v1, lo[1], _mm512_loadu_si512(qw + 64));
+            v0 = _mm512_dpbusd_epi32(v0, lo[2], _mm512_loadu_si512(qw + 128));
+            v1 = _mm512_dpbusd_epi32(v1, lo[3], _mm512_loadu_si512(qw + 192));
+            v0 = _mm512_dpbusd_epi32(v0, hi[0], _mm512_loadu_si512(qw + 256));
+            v1 = _mm512_dpbusd_epi32(v1, hi[1], _mm512_loadu_si512(qw + 320));
+            v0 = _mm512_dpbusd_epi32(v0, hi[2], _mm512_loadu_si512(qw + 384));
+            v1 = _mm512_dpbusd_epi32(v1, hi[3], _mm512_loadu_si512(qw + 448));
+            const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(v0, v1));
+            if (m == 16) {
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a[t].d + b)), sums, acc[t]);
+            } else {
+                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[t].d + b));
+                acc[t] = _mm512_mask3_fmadd_ps(dd, sums, acc[t], live);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < n; t++)
+        out[(size_t)t * ostride] = hsum16_avx512(acc[t]);
+}
+
+/* Rows one after another against n (a constant, <= 8) tokens, one function per count. */
+#define ROWS_LANES_VARIANT(name, n)                                                                 \
+    VBMI __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,      \
+                                                    int64_t k, const act_row *a, float *out,        \
+                                                    size_t ostride)                                 \
+    {                                                                                               \
+        const __m512i nib = lane_index(2, 4), scl = lane_index(0, 2);                               \
+        for (int64_t r = 0; r < nr; r++)                                                            \
+            row_lanes(row0 + (size_t)r * rb, k, a, n, nib, scl, out + r, ostride);                  \
+    }
+ROWS_LANES_VARIANT(rows_lanes1, 1)
+ROWS_LANES_VARIANT(rows_lanes2, 2)
+ROWS_LANES_VARIANT(rows_lanes3, 3)
+ROWS_LANES_VARIANT(rows_lanes4, 4)
+ROWS_LANES_VARIANT(rows_lanes5, 5)
+ROWS_LANES_VARIANT(rows_lanes6, 6)
+ROWS_LANES_VARIANT(rows_lanes7, 7)
+ROWS_LANES_VARIANT(rows_lanes8, 8)
+#undef ROWS_LANES_VARIANT
+
+/* a[0..n): laid out by lm_act_lanes; up to 8 tokens a pass over the rows (8 sums and the
+   row's codes in registers; 9-13 tokens take two passes, the second mostly from L2/L3). */
+VBMI void lm_rows_lanes_vbmi(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                             int n, float *out, size_t ostride)
+{
+    static void (*const by_count[8])(const uint8_t *, size_t, int64_t, int64_t, const act_row *,
+                                     float *, size_t) = {rows_lanes1, rows_lanes2, rows_lanes3,
+                                                         rows_lanes4, rows_lanes5, rows_lanes6,
+                                                         rows_lanes7, rows_lanes8};
+    for (int t0 = 0; t0 < n; t0 += 8) {
+        int c = n - t0 < 8 ? n - t0 : 8;
+        by_count[c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);
+    }
+}
+
 #else
 
 int lm_cpu_vbmi(void) { return 0; }
@@ -192,6 +354,12 @@ void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
                       const act_row *a, float *out)
 {
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out; /* never called: lm_cpu_vbmi() is 0 */
+}
+
+void lm_rows_lanes_vbmi(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                        int n, float *out, size_t ostride)
+{
+    (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ostride; /* never called */
 }
 
 #endif
