@@ -281,7 +281,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         return;
     }
     if (s->acts[t0].lanes) {
-        lm_rows_lanes_vbmi(base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, &s->acts[t0], nt,
+        lm_rows_lanes_vbmi(w->type, base + (size_t)lo * row_bytes, row_bytes, hi - lo, k, &s->acts[t0], nt,
                            out + (size_t)t0 * rows + lo, (size_t)rows);
         return;
     }
@@ -327,7 +327,8 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
             lm_act_windows(&s->acts[t]);
-        else if (!grouped && s->vbmi && w->type == LM_Q4_0) /* a few tokens, blocks in lanes (qrow_vbmi.c) */
+        else if (!grouped && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0))
+            /* a few tokens, blocks in lanes (qrow_vbmi.c) */
             lm_act_lanes(&s->acts[t]);
         else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
             lm_act_nibbles(&s->acts[t]); /* codes as the row's nibbles lie (qrow_k.c) */
@@ -362,14 +363,15 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 /*
  * Several tokens through a quantized matrix go 16 at a time (qgemm.c).
  * Fewer go row by row, where the kernels of a few tokens beat a group's
- * 16 lanes with lanes to spare: from 10 tokens on, or 14 for Q4_0 rows
- * with their blocks in lanes (tinyllama and qwen2.5 Q4_0 prompts of 12
- * tokens 5-10% faster that way, of 14 about even).
+ * 16 lanes with lanes to spare: from 10 tokens on, or 14 for Q4_0 and
+ * Q5_0 rows with their blocks in lanes (tinyllama and qwen2.5 Q4_0, and
+ * smollm2 Q4_K_M's Q5_0 rows, prompts of 12 tokens 5-10% faster that
+ * way, of 14 about even).
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int from = s->vbmi && w->type == LM_Q4_0 ? 14 : 10;
+    const int from = s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0) ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 

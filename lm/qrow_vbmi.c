@@ -209,14 +209,16 @@ VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t n
 }
 
 /*
- * A few tokens through Q4_0 rows.  With one token, the lanes of a window
- * hold 4 partial sums of a block, added up per step (three rounds of pair
- * sums); with several, that adding would be paid per token.  Here a step's
- * 16 blocks are laid out once per row with lane j holding 4 bytes of block
- * j (three byte permutes a vector: blocks 0-6 lie in the first 128 bytes,
- * 7-13 in the 128 from byte 126, 14-15 in the 36 from byte 252), so each
- * token's 8 vpdpbusd leave every block's exact sum in its own lane, and
- * take lm_dot_b32_scalar's float steps as the other kernels do.
+ * A few tokens through Q4_0 or Q5_0 rows.  With one token, the lanes
+ * of a window hold 4 partial sums of a block, added up per step (three
+ * rounds of pair sums); with several, that adding would be paid per token.
+ * Here a step's 16 blocks are laid out once per row with lane j holding 4
+ * code bytes of block j: each 128 bytes of the step hold `per` whole
+ * blocks (7 of 18 bytes, 5 of 22), and a byte permute a part picks their
+ * bytes.  Then each token's 8 vpdpbusd leave every block's exact sum in
+ * its own lane, and take lm_dot_b32_scalar's float steps as the other
+ * kernels do.  (Q8_0's 34-byte blocks need 6 parts, 48 permutes a step:
+ * measured no faster than the fused kernel, so they stay there.)
  */
 
 /* Bytes [from, from + 64) of a step of n bytes at w, zeros past n. */
@@ -227,122 +229,167 @@ VBMI static INLINE __m512i step_bytes(const uint8_t *w, int from, int n)
     return n > from ? _mm512_maskz_loadu_epi8(first_bytes(n - from), w + from) : _mm512_setzero_si512();
 }
 
-/* Byte c of lane j (0-15): byte 18j + off + c of the step, relative to its part's first byte. */
-VBMI static INLINE __m512i lane_index(int off, int width)
+/* Blocks of bs bytes whole in each 128 bytes of a step. */
+static inline int blocks_per_part(int bs) { return 128 / bs; }
+
+/* Byte c of lane j: byte bs*j + off + c (c < width; else its first) of the step, from its part's start. */
+VBMI static INLINE __m512i lane_index(int bs, int off, int width)
 {
+    const int per = blocks_per_part(bs);
     int8_t ix[64];
     for (int j = 0; j < 16; j++)
-        for (int c = 0; c < 4; c++) {
-            int at = 18 * j + off + (c < width ? c : 0);
-            ix[4 * j + c] = (int8_t)(at - (j < 7 ? 0 : j < 14 ? 126 : 252));
-        }
+        for (int c = 0; c < 4; c++)
+            ix[4 * j + c] = (int8_t)(bs * j + off + (c < width ? c : 0) - bs * per * (j / per));
     return _mm512_loadu_si512(ix);
 }
 
-/* A step's nibble bytes, lane j the 4 bytes 4q..4q+3 of block j in r[q]; scales as f32. */
-VBMI static INLINE void q4_0_lanes(const uint8_t *w, int m, __m512i nib, __m512i scl, __m512i r[4],
-                                    __m512 *dw)
+/* The index vectors of a type: its codes (4 bytes a lane from byte off), scales, Q5_0's high bits. */
+typedef struct lane_ix {
+    __m512i codes, scale, qh;
+} lane_ix;
+
+static inline int b32_block_bytes(uint32_t t) { return t == LM_Q5_0 ? 22 : 18; }
+
+VBMI static INLINE lane_ix lane_indexes(uint32_t t)
 {
-    const int n = 18 * m;
-    const __m512i s0 = step_bytes(w, 0, n), s1 = step_bytes(w, 64, n), s2 = step_bytes(w, 126, n);
-    const __m512i s3 = step_bytes(w, 190, n), s4 = step_bytes(w, 252, n);
-    const __mmask64 part_a = 0x0fffffffull, part_b = 0x00fffffff0000000ull, part_c = ~(part_a | part_b);
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-        const __m512i ix = _mm512_add_epi8(nib, _mm512_set1_epi8((char)(4 * q)));
-        __m512i a = _mm512_maskz_permutex2var_epi8(part_a, s0, ix, s1);
-        __m512i b = _mm512_maskz_permutex2var_epi8(part_b, s2, ix, s3);
-        __m512i c = _mm512_maskz_permutexvar_epi8(part_c, ix, s4);
-        r[q] = _mm512_ternarylogic_epi32(a, b, c, 0xfe);
-    }
-    /* the scales: byte 2j, 2j+1 of the low half from lane j's first two */
-    __m512i a = _mm512_maskz_permutex2var_epi8(part_a, s0, scl, s1);
-    __m512i b = _mm512_maskz_permutex2var_epi8(part_b, s2, scl, s3);
-    __m512i c = _mm512_maskz_permutexvar_epi8(part_c, scl, s4);
-    __m512i d = _mm512_ternarylogic_epi32(a, b, c, 0xfe); /* lane j: its scale in the low 16 bits */
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+    const int bs = b32_block_bytes(t);
+    return (lane_ix){lane_index(bs, t == LM_Q5_0 ? 6 : 2, 4), lane_index(bs, 0, 2), lane_index(bs, 2, 4)};
 }
 
-/* n (a constant) tokens through one row: out[t * ostride]; nib, scl from lane_index. */
-VBMI static INLINE void row_lanes(const uint8_t *row, int64_t k, const act_row *a, int n, __m512i nib,
-                                  __m512i scl, float *out, size_t ostride)
+/* Lane j: the 4 bytes of block j that ix points to (src: each part's 128 bytes). */
+VBMI static INLINE __m512i lanes_pick(const __m512i src[8], int bs, __m512i ix)
+{
+    const int per = blocks_per_part(bs), parts = (16 + per - 1) / per;
+    __m512i r = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < parts; p++) {
+        const __mmask64 mine = (~0ull >> (64 - 4 * per)) << (4 * per * p);
+        r = _mm512_or_si512(r, _mm512_maskz_permutex2var_epi8(mine, src[2 * p], ix, src[2 * p + 1]));
+    }
+    return r;
+}
+
+/* Adds 16 to the codes (byte c of lane j: code 4q + c, or 16 + 4q + c when high) whose qh bit is set. */
+VBMI static INLINE __m512i fifth_bits(__m512i codes, __m512i qh, int q, int high)
+{
+    const int byte = 2 * high + q / 2; /* qh byte holding bits 4q.. (or 16 + 4q..), in every byte of a lane */
+    const __m512i pick = _mm512_set_epi8(
+        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
+        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
+        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
+        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
+        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
+        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
+        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
+        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte);
+    const int sh = 4 * (q % 2); /* bit c of the picked byte, shifted */
+    const __m512i bit = _mm512_set1_epi32((int)(0x08040201u << sh));
+    const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, pick), bit);
+    return _mm512_mask_add_epi8(codes, set, codes, _mm512_set1_epi8(0x10));
+}
+
+/* A step of m blocks decoded: u[q] lane j the unsigned codes 4q..4q+3 of block j; scales as f32. */
+VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lane_ix *ix, __m512i u[8],
+                                  __m512 *dw)
+{
+    const int bs = b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
+    const int n = bs * m;
+    __m512i src[8];
+#pragma GCC unroll 4
+    for (int p = 0; p < parts; p++) {
+        src[2 * p] = step_bytes(w, bs * per * p, n);
+        src[2 * p + 1] = step_bytes(w, bs * per * p + 64, n);
+    }
+    /* lane j: its scale in the low 16 bits */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(lanes_pick(src, bs, ix->scale)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i qh = t == LM_Q5_0 ? lanes_pick(src, bs, ix->qh) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512i r = lanes_pick(src, bs, _mm512_add_epi8(ix->codes, _mm512_set1_epi8((char)(4 * q))));
+        u[q] = _mm512_and_si512(r, m4);
+        u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(r, 4), m4);
+        if (t == LM_Q5_0) {
+            u[q] = fifth_bits(u[q], qh, q, 0);
+            u[q + 4] = fifth_bits(u[q + 4], qh, q, 1);
+        }
+    }
+}
+
+/* n (a constant, <= 8) tokens through one row of type t (a constant): out[t * ostride]. */
+VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
+                                  const lane_ix *ix, float *out, size_t ostride)
 {
     const int64_t nb = k / 32;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t bs = (size_t)b32_block_bytes(t);
     __m512 acc[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < n; t++)
-        acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 16) {
         const int m = nb - b < 16 ? (int)(nb - b) : 16;
         const __mmask16 live = (__mmask16)((1u << m) - 1);
-        __m512i r[4], lo[4], hi[4];
+        __m512i u[8];
         __m512 dw;
-        lm_prefetch_ahead(row + 18 * b, (size_t)(18 * m));
-        q4_0_lanes(row + 18 * b, m, nib, scl, r, &dw);
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            lo[q] = _mm512_and_si512(r[q], m4);
-            hi[q] = _mm512_and_si512(_mm512_srli_epi16(r[q], 4), m4);
-        }
+        lm_prefetch_ahead(row + bs * (size_t)b, bs * (size_t)m);
+        b32_lanes(t, row + bs * (size_t)b, m, ix, u, &dw);
 #pragma GCC unroll 8
-        for (int t = 0; t < n; t++) {
-            const int8_t *qw = a[t].qw + 512 * (b / 16);
-            __m512i v0 = _mm512_loadu_si512(a[t].ncw + b), v1 = _mm512_setzero_si512();
-            v0 = _mm512_dpbusd_epi32(v0, lo[0], _mm512_loadu_si512(qw));
-            v1 = _mm512_dpbusd_epi32(v1, lo[1], _mm512_loadu_si512(qw + 64));
-            v0 = _mm512_dpbusd_epi32(v0, lo[2], _mm512_loadu_si512(qw + 128));
-            v1 = _mm512_dpbusd_epi32(v1, lo[3], _mm512_loadu_si512(qw + 192));
-            v0 = _mm512_dpbusd_epi32(v0, hi[0], _mm512_loadu_si512(qw + 256));
-            v1 = _mm512_dpbusd_epi32(v1, hi[1], _mm512_loadu_si512(qw + 320));
-            v0 = _mm512_dpbusd_epi32(v0, hi[2], _mm512_loadu_si512(qw + 384));
-            v1 = _mm512_dpbusd_epi32(v1, hi[3], _mm512_loadu_si512(qw + 448));
+        for (int i = 0; i < n; i++) {
+            const int8_t *qw = a[i].qw + 512 * (b / 16);
+            __m512i v0 = _mm512_loadu_si512(a[i].ncw + b), v1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int q = 0; q < 8; q += 2) {
+                v0 = _mm512_dpbusd_epi32(v0, u[q], _mm512_loadu_si512(qw + 64 * q));
+                v1 = _mm512_dpbusd_epi32(v1, u[q + 1], _mm512_loadu_si512(qw + 64 * q + 64));
+            }
             const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(v0, v1));
             if (m == 16) {
-                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a[t].d + b)), sums, acc[t]);
+                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a[i].d + b)), sums, acc[i]);
             } else {
-                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[t].d + b));
-                acc[t] = _mm512_mask3_fmadd_ps(dd, sums, acc[t], live);
+                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
+                acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < n; t++)
-        out[(size_t)t * ostride] = hsum16_avx512(acc[t]);
+    for (int i = 0; i < n; i++)
+        out[(size_t)i * ostride] = hsum16_avx512(acc[i]);
 }
 
-/* Rows one after another against n (a constant, <= 8) tokens, one function per count. */
-#define ROWS_LANES_VARIANT(name, n)                                                                 \
+/* Rows one after another against n (a constant, <= 8) tokens, one function per type and count. */
+#define ROWS_LANES_VARIANT(name, t, n)                                                              \
     VBMI __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,      \
                                                     int64_t k, const act_row *a, float *out,        \
                                                     size_t ostride)                                 \
     {                                                                                               \
-        const __m512i nib = lane_index(2, 4), scl = lane_index(0, 2);                               \
+        const lane_ix ix = lane_indexes(t);                                                         \
         for (int64_t r = 0; r < nr; r++)                                                            \
-            row_lanes(row0 + (size_t)r * rb, k, a, n, nib, scl, out + r, ostride);                  \
+            row_lanes(t, row0 + (size_t)r * rb, k, a, n, &ix, out + r, ostride);                    \
     }
-ROWS_LANES_VARIANT(rows_lanes1, 1)
-ROWS_LANES_VARIANT(rows_lanes2, 2)
-ROWS_LANES_VARIANT(rows_lanes3, 3)
-ROWS_LANES_VARIANT(rows_lanes4, 4)
-ROWS_LANES_VARIANT(rows_lanes5, 5)
-ROWS_LANES_VARIANT(rows_lanes6, 6)
-ROWS_LANES_VARIANT(rows_lanes7, 7)
-ROWS_LANES_VARIANT(rows_lanes8, 8)
+#define ROWS_LANES_TYPE(ty, T)                                                                      \
+    ROWS_LANES_VARIANT(rows_##ty##_1, T, 1) ROWS_LANES_VARIANT(rows_##ty##_2, T, 2)                 \
+    ROWS_LANES_VARIANT(rows_##ty##_3, T, 3) ROWS_LANES_VARIANT(rows_##ty##_4, T, 4)                 \
+    ROWS_LANES_VARIANT(rows_##ty##_5, T, 5) ROWS_LANES_VARIANT(rows_##ty##_6, T, 6)                 \
+    ROWS_LANES_VARIANT(rows_##ty##_7, T, 7) ROWS_LANES_VARIANT(rows_##ty##_8, T, 8)
+ROWS_LANES_TYPE(q4_0, LM_Q4_0)
+ROWS_LANES_TYPE(q5_0, LM_Q5_0)
+#undef ROWS_LANES_TYPE
 #undef ROWS_LANES_VARIANT
+
+typedef void rows_lanes_fn(const uint8_t *, size_t, int64_t, int64_t, const act_row *, float *, size_t);
 
 /* a[0..n): laid out by lm_act_lanes; up to 8 tokens a pass over the rows (8 sums and the
    row's codes in registers; 9-13 tokens take two passes, the second mostly from L2/L3). */
-VBMI void lm_rows_lanes_vbmi(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                             int n, float *out, size_t ostride)
+VBMI void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                             const act_row *a, int n, float *out, size_t ostride)
 {
-    static void (*const by_count[8])(const uint8_t *, size_t, int64_t, int64_t, const act_row *,
-                                     float *, size_t) = {rows_lanes1, rows_lanes2, rows_lanes3,
-                                                         rows_lanes4, rows_lanes5, rows_lanes6,
-                                                         rows_lanes7, rows_lanes8};
+    static rows_lanes_fn *const by_count[2][8] = {
+        {rows_q4_0_1, rows_q4_0_2, rows_q4_0_3, rows_q4_0_4, rows_q4_0_5, rows_q4_0_6, rows_q4_0_7, rows_q4_0_8},
+        {rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4, rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8}};
+    const int ti = t == LM_Q5_0;
     for (int t0 = 0; t0 < n; t0 += 8) {
         int c = n - t0 < 8 ? n - t0 : 8;
-        by_count[c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);
+        by_count[ti][c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);
     }
 }
 
@@ -356,10 +403,10 @@ void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out; /* never called: lm_cpu_vbmi() is 0 */
 }
 
-void lm_rows_lanes_vbmi(const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                        int n, float *out, size_t ostride)
+void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
+                        const act_row *a, int n, float *out, size_t ostride)
 {
-    (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ostride; /* never called */
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ostride; /* never called */
 }
 
 #endif

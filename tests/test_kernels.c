@@ -455,13 +455,14 @@ START_TEST(test_matmul_paths_bitwise)
 END_TEST
 
 /*
- * A few tokens through Q4_0 rows (2-13: the kernels of every token count,
- * blocks in lanes where the CPU has VBMI), rows whose last step has 1-16
- * blocks, against the scalar dot of each row and token.
+ * A few tokens through Q4_0 and Q5_0 rows (2-13: the kernels of every
+ * token count, blocks in lanes where the CPU has VBMI), rows whose last
+ * step has 1-16 blocks, against the scalar dot of each row and token.
  */
 START_TEST(test_matmul_few_tokens_bitwise)
 {
     enum { ROWS = 19, NT = 13 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0};
     static const int blocks[] = {1, 15, 16, 17, 19, 23, 24};
     static uint8_t wmem[ROWS * K], act[K * 8];
     static float x[NT * K], out[NT * ROWS];
@@ -469,26 +470,27 @@ START_TEST(test_matmul_few_tokens_bitwise)
     uint64_t seed = 29;
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
-    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
-        const int k = 32 * blocks[bi];
-        const size_t rb = lm_row_bytes(LM_Q4_0, k);
+    for (size_t c = 0; c < 2 * sizeof blocks / sizeof blocks[0]; c++) {
+        const uint32_t ty = types[c % 2];
+        const int k = 32 * blocks[c / 2];
+        const size_t rb = lm_row_bytes(ty, k);
         for (int r = 0; r < ROWS; r++)
-            random_row(LM_Q4_0, wmem + r * rb, rb, &seed);
+            random_row(ty, wmem + r * rb, rb, &seed);
         for (int i = 0; i < NT * k; i++)
-            x[i] = sinf((float)(i + bi) * 0.021f) * (float)(1 + i % 5);
-        lm_tensor w = {"w", LM_Q4_0, {k, ROWS}, wmem};
+            x[i] = sinf((float)(i + c) * 0.021f) * (float)(1 + i % 5);
+        lm_tensor w = {"w", ty, {k, ROWS}, wmem};
         for (int n = 2; n <= NT; n++) {
             lm_matmul(out, &w, x, n, &s);
             for (int t = 0; t < n; t++) {
                 act_row ar;
-                lm_quantize_act(LM_Q4_0, x + t * k, act, k);
-                lm_act_layout(lm_act_type(LM_Q4_0), k, &ar, act);
+                lm_quantize_act(ty, x + t * k, act, k);
+                lm_act_layout(lm_act_type(ty), k, &ar, act);
                 for (int r = 0; r < ROWS; r++) {
                     qrow_init(&buf);
-                    lm_qrow_decode_scalar(&buf.r, LM_Q4_0, wmem + r * rb, k);
+                    lm_qrow_decode_scalar(&buf.r, ty, wmem + r * rb, k);
                     float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
-                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "k=%d, %d tokens: row %d token %d: %a vs %a",
-                                  k, n, r, t, out[t * ROWS + r], want);
+                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "%s k=%d, %d tokens: row %d token %d: %a vs %a",
+                                  lm_type_name(ty), k, n, r, t, out[t * ROWS + r], want);
                 }
             }
         }
