@@ -95,7 +95,7 @@ void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
 /* Q4_0, Q5_0: nr rows rb bytes apart, out[r] */
 void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                       const act_row *a, float *out);
-/* Q4_0, Q5_0 rows through a few tokens, each step's blocks one a lane (qrow_vbmi.c) */
+/* Q4_0, Q5_0, Q8_0 rows through a few tokens, each step's blocks one a lane (qrow_vbmi.c) */
 void lm_act_lanes(act_row *a);             /* fills qw, ncw from qs, negcorr */
 /* nr rows rb bytes apart times tokens a[0..n): out[t * ostride + r] */
 void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,

@@ -327,7 +327,7 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
             lm_act_windows(&s->acts[t]);
-        else if (!grouped && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0))
+        else if (!grouped && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0 || w->type == LM_Q8_0))
             /* a few tokens, blocks in lanes (qrow_vbmi.c) */
             lm_act_lanes(&s->acts[t]);
         else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
@@ -363,15 +363,17 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 /*
  * Several tokens through a quantized matrix go 16 at a time (qgemm.c).
  * Fewer go row by row, where the kernels of a few tokens beat a group's
- * 16 lanes with lanes to spare: from 10 tokens on, or 14 for Q4_0 and
- * Q5_0 rows with their blocks in lanes (tinyllama and qwen2.5 Q4_0, and
- * smollm2 Q4_K_M's Q5_0 rows, prompts of 12 tokens 5-10% faster that
- * way, of 14 about even).
+ * 16 lanes with lanes to spare: from 10 tokens on; with the blocks of
+ * Q4_0 and Q5_0 rows in lanes (qrow_vbmi.c) from 16, of Q8_0 rows from 20
+ * (prompts of 14 tokens: tinyllama Q8_0 180 -> 240 t/s, smollm2 Q8_0
+ * 785 -> 1367, its Q4_K_M (Q5_0 rows) 892 -> 1103, tinyllama Q4_0 210 ->
+ * 258; of 16-19 about even, Q8_0 still ahead).
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int from = s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0) ? 14 : 10;
+    const int lanes = s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0 || w->type == LM_Q8_0);
+    const int from = !lanes ? 10 : w->type == LM_Q8_0 ? 20 : 16;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 

@@ -1,7 +1,7 @@
 /*
  * lm/qrow_vbmi.c - one token through a Q4_0 or Q5_0 row read front to
- * back, and a few tokens (2-13, a short chat turn) through Q4_0 rows,
- * where the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
+ * back, and a few tokens (2-19, a short chat turn) through Q4_0, Q5_0 or
+ * Q8_0 rows, where the CPU has AVX-512 VBMI (byte permutes) besides VNNI.
  *
  * Generating a token reads every weight once, so the kernel must finish a
  * row faster than memory delivers it, and read in the order the hardware
@@ -209,7 +209,7 @@ VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t n
 }
 
 /*
- * A few tokens through Q4_0 or Q5_0 rows.  With one token, the lanes
+ * A few tokens through Q4_0, Q5_0 or Q8_0 rows.  With one token, the lanes
  * of a window hold 4 partial sums of a block, added up per step (three
  * rounds of pair sums); with several, that adding would be paid per token.
  * Here a step's 16 blocks are laid out once per row with lane j holding 4
@@ -217,8 +217,9 @@ VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t n
  * blocks (7 of 18 bytes, 5 of 22), and a byte permute a part picks their
  * bytes.  Then each token's 8 vpdpbusd leave every block's exact sum in
  * its own lane, and take lm_dot_b32_scalar's float steps as the other
- * kernels do.  (Q8_0's 34-byte blocks need 6 parts, 48 permutes a step:
- * measured no faster than the fused kernel, so they stay there.)
+ * kernels do.  Q8_0's 34-byte blocks would need 6 parts and 48 permutes
+ * a step (measured no faster than the fused kernel); their codes are
+ * loaded two blocks a vector and transposed instead (q8_0_lanes).
  */
 
 /* Bytes [from, from + 64) of a step of n bytes at w, zeros past n. */
@@ -248,7 +249,7 @@ typedef struct lane_ix {
     __m512i codes, scale, qh;
 } lane_ix;
 
-static inline int b32_block_bytes(uint32_t t) { return t == LM_Q5_0 ? 22 : 18; }
+static inline int b32_block_bytes(uint32_t t) { return t == LM_Q8_0 ? 34 : t == LM_Q5_0 ? 22 : 18; }
 
 VBMI static INLINE lane_ix lane_indexes(uint32_t t)
 {
@@ -288,10 +289,79 @@ VBMI static INLINE __m512i fifth_bits(__m512i codes, __m512i qh, int q, int high
     return _mm512_mask_add_epi8(codes, set, codes, _mm512_set1_epi8(0x10));
 }
 
+/* dwords of a, b (16 each, b's from 16) in the order of ix */
+#define PICK32(a, ix, b) _mm512_permutex2var_epi32((a), (ix), (b))
+
+/* The 16-lane index of a transpose stage: lane l takes from (l / 16 >= 1 ? b : a) lane f(l). */
+VBMI static INLINE __m512i stage_index(int stage, int part)
+{
+    int32_t ix[16];
+    for (int l = 0; l < 16; l++) {
+        if (stage == 1) { /* rows 4i..4i+3, columns 4h..4h+3 (part h): lane 4r + c */
+            int r = l / 4, c = l % 4;
+            ix[l] = (r / 2) * 16 + 8 * (r % 2) + 4 * part + c;
+        } else if (stage == 2) { /* rows 8g..8g+7, columns 2e, 2e+1 of a half (part e): lane 2r + c */
+            int r = l / 2, c = l % 2;
+            ix[l] = (r / 4) * 16 + 4 * (r % 4) + 2 * part + c;
+        } else { /* rows 0..15, column c (part): lane j */
+            ix[l] = (l / 8) * 16 + 2 * (l % 8) + part;
+        }
+    }
+    return _mm512_loadu_si512(ix);
+}
+
+/*
+ * A step of m Q8_0 blocks: u[q] lane j the codes 4q..4q+3 of block j, plus
+ * 128; scales as f32.  Each pair of blocks is loaded as one vector of
+ * their 32 codes each, then the 16 x 8 dwords are transposed in three
+ * rounds of 8 two-table permutes.
+ */
+VBMI static INLINE void q8_0_lanes(const uint8_t *w, int m, __m512i u[8], __m512 *dw)
+{
+    __m512i x[8], a[8], b[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        __m256i lo = 2 * p < m ? _mm256_loadu_si256((const __m256i *)(w + 34 * 2 * p + 2)) : _mm256_setzero_si256();
+        __m256i hi = 2 * p + 1 < m ? _mm256_loadu_si256((const __m256i *)(w + 34 * (2 * p + 1) + 2))
+                                   : _mm256_setzero_si256();
+        x[p] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    const __m512i s10 = stage_index(1, 0), s11 = stage_index(1, 1);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* a[2i + h]: blocks 4i..4i+3, dwords 4h..4h+3 */
+        a[2 * i] = PICK32(x[2 * i], s10, x[2 * i + 1]);
+        a[2 * i + 1] = PICK32(x[2 * i], s11, x[2 * i + 1]);
+    }
+    const __m512i s20 = stage_index(2, 0), s21 = stage_index(2, 1);
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) /* b[4g + 2h + e]: blocks 8g..8g+7, dwords 4h + 2e, +1 */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            b[4 * g + 2 * h] = PICK32(a[4 * g + h], s20, a[4 * g + 2 + h]);
+            b[4 * g + 2 * h + 1] = PICK32(a[4 * g + h], s21, a[4 * g + 2 + h]);
+        }
+    const __m512i s30 = stage_index(3, 0), s31 = stage_index(3, 1), flip = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+    for (int he = 0; he < 4; he++) { /* dwords 2he, 2he + 1 */
+        u[2 * he] = _mm512_xor_si512(PICK32(b[he], s30, b[4 + he]), flip);
+        u[2 * he + 1] = _mm512_xor_si512(PICK32(b[he], s31, b[4 + he]), flip);
+    }
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(34));
+    const __mmask16 live = (__mmask16)((1u << m) - 1);
+    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)w, 1);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+}
+#undef PICK32
+
 /* A step of m blocks decoded: u[q] lane j the unsigned codes 4q..4q+3 of block j; scales as f32. */
 VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lane_ix *ix, __m512i u[8],
                                   __m512 *dw)
 {
+    if (t == LM_Q8_0) {
+        q8_0_lanes(w, m, u, dw);
+        return;
+    }
     const int bs = b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
     const int n = bs * m;
     __m512i src[8];
@@ -373,20 +443,22 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
     ROWS_LANES_VARIANT(rows_##ty##_7, T, 7) ROWS_LANES_VARIANT(rows_##ty##_8, T, 8)
 ROWS_LANES_TYPE(q4_0, LM_Q4_0)
 ROWS_LANES_TYPE(q5_0, LM_Q5_0)
+ROWS_LANES_TYPE(q8_0, LM_Q8_0)
 #undef ROWS_LANES_TYPE
 #undef ROWS_LANES_VARIANT
 
 typedef void rows_lanes_fn(const uint8_t *, size_t, int64_t, int64_t, const act_row *, float *, size_t);
 
 /* a[0..n): laid out by lm_act_lanes; up to 8 tokens a pass over the rows (8 sums and the
-   row's codes in registers; 9-13 tokens take two passes, the second mostly from L2/L3). */
+   row's codes in registers; more take a pass per 8, the later ones mostly from L2/L3). */
 VBMI void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                              const act_row *a, int n, float *out, size_t ostride)
 {
-    static rows_lanes_fn *const by_count[2][8] = {
+    static rows_lanes_fn *const by_count[3][8] = {
         {rows_q4_0_1, rows_q4_0_2, rows_q4_0_3, rows_q4_0_4, rows_q4_0_5, rows_q4_0_6, rows_q4_0_7, rows_q4_0_8},
-        {rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4, rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8}};
-    const int ti = t == LM_Q5_0;
+        {rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4, rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8},
+        {rows_q8_0_1, rows_q8_0_2, rows_q8_0_3, rows_q8_0_4, rows_q8_0_5, rows_q8_0_6, rows_q8_0_7, rows_q8_0_8}};
+    const int ti = t == LM_Q4_0 ? 0 : t == LM_Q5_0 ? 1 : 2;
     for (int t0 = 0; t0 < n; t0 += 8) {
         int c = n - t0 < 8 ? n - t0 : 8;
         by_count[ti][c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);

@@ -134,7 +134,7 @@ START_TEST(test_row_b32_vbmi_bitwise)
 {
     if (!lm_cpu_vbmi())
         return;
-    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0};
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
     static uint8_t act[K * 8];
     static float x[K];
     static qrow_buf ref;
@@ -455,24 +455,24 @@ START_TEST(test_matmul_paths_bitwise)
 END_TEST
 
 /*
- * A few tokens through Q4_0 and Q5_0 rows (2-13: the kernels of every
+ * A few tokens through Q4_0, Q5_0 and Q8_0 rows (2-19: the kernels of every
  * token count, blocks in lanes where the CPU has VBMI), rows whose last
  * step has 1-16 blocks, against the scalar dot of each row and token.
  */
 START_TEST(test_matmul_few_tokens_bitwise)
 {
-    enum { ROWS = 19, NT = 13 };
-    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0};
+    enum { ROWS = 19, NT = 19 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
     static const int blocks[] = {1, 15, 16, 17, 19, 23, 24};
-    static uint8_t wmem[ROWS * K], act[K * 8];
+    static uint8_t wmem[ROWS * K * 2], act[K * 8];
     static float x[NT * K], out[NT * ROWS];
     static qrow_buf buf;
     uint64_t seed = 29;
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
-    for (size_t c = 0; c < 2 * sizeof blocks / sizeof blocks[0]; c++) {
-        const uint32_t ty = types[c % 2];
-        const int k = 32 * blocks[c / 2];
+    for (size_t c = 0; c < 3 * sizeof blocks / sizeof blocks[0]; c++) {
+        const uint32_t ty = types[c % 3];
+        const int k = 32 * blocks[c / 3];
         const size_t rb = lm_row_bytes(ty, k);
         for (int r = 0; r < ROWS; r++)
             random_row(ty, wmem + r * rb, rb, &seed);
