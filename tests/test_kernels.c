@@ -408,6 +408,35 @@ START_TEST(test_rows16_amx_bitwise)
 END_TEST
 
 /*
+ * out (n tokens x rows, token-major) against the scalar dot of each row of
+ * the matrix w (rows of type ty, k wide) and each token of x; 0 when all agree.
+ */
+static int matmul_matches_scalar(const lm_tensor *w, const float *x, const float *out, int n)
+{
+    static uint8_t act[K * 8];
+    static qrow_buf buf;
+    const uint32_t ty = w->type;
+    const int64_t k = w->ne[0], rows = w->ne[1];
+    const size_t rb = lm_row_bytes(ty, k);
+    for (int t = 0; t < n; t++) {
+        act_row ar;
+        lm_quantize_act(ty, x + t * k, act, k);
+        lm_act_layout(lm_act_type(ty), k, &ar, act);
+        for (int64_t r = 0; r < rows; r++) {
+            qrow_init(&buf);
+            lm_qrow_decode_scalar(&buf.r, ty, (const uint8_t *)w->data + r * rb, k);
+            float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
+            if (memcmp(&out[t * rows + r], &want, 4)) {
+                fprintf(stderr, "%s k=%ld, %d tokens: row %ld token %d: %a vs scalar %a\n", lm_type_name(ty),
+                        (long)k, n, (long)r, t, out[t * rows + r], want);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
  * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
  * (16-row tiles, then the rows left over) and for one token, a few and a
  * batch (every kernel family), against the scalar dot of each row and token.
@@ -417,9 +446,8 @@ START_TEST(test_matmul_paths_bitwise)
     enum { ROWS = 37, NT = 40 };
     static const uint32_t types[] = {LM_Q4_0, LM_Q8_0, LM_Q4_K, LM_Q6_K};
     static const int counts[] = {1, 5, NT};
-    static uint8_t wmem[ROWS * K * 2], act[K * 8];
+    static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
-    static qrow_buf buf;
     uint64_t seed = 17;
     for (int i = 0; i < NT * K; i++)
         x[i] = cosf((float)i * 0.013f) * (float)(1 + i % 7);
@@ -434,20 +462,8 @@ START_TEST(test_matmul_paths_bitwise)
             random_row(ty, wmem + r * rb, rb, &seed);
         lm_tensor w = {"w", ty, {K, ROWS}, wmem};
         for (int c = 0; c < 3; c++) {
-            int n = counts[c];
-            lm_matmul(out, &w, x, n, &s);
-            for (int t = 0; t < n; t++) {
-                act_row ar;
-                lm_quantize_act(ty, x + t * K, act, K);
-                lm_act_layout(lm_act_type(ty), K, &ar, act);
-                for (int r = 0; r < ROWS; r++) {
-                    qrow_init(&buf);
-                    lm_qrow_decode_scalar(&buf.r, ty, wmem + r * rb, K);
-                    float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
-                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "%s %d tokens: row %d token %d: %a vs %a",
-                                  lm_type_name(ty), n, r, t, out[t * ROWS + r], want);
-                }
-            }
+            lm_matmul(out, &w, x, counts[c], &s);
+            ck_assert(matmul_matches_scalar(&w, x, out, counts[c]) == 0);
         }
     }
     mm_scratch_free(&s);
@@ -464,9 +480,8 @@ START_TEST(test_matmul_few_tokens_bitwise)
     enum { ROWS = 19, NT = 19 };
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
     static const int blocks[] = {1, 15, 16, 17, 19, 23, 24};
-    static uint8_t wmem[ROWS * K * 2], act[K * 8];
+    static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
-    static qrow_buf buf;
     uint64_t seed = 29;
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
@@ -481,18 +496,7 @@ START_TEST(test_matmul_few_tokens_bitwise)
         lm_tensor w = {"w", ty, {k, ROWS}, wmem};
         for (int n = 2; n <= NT; n++) {
             lm_matmul(out, &w, x, n, &s);
-            for (int t = 0; t < n; t++) {
-                act_row ar;
-                lm_quantize_act(ty, x + t * k, act, k);
-                lm_act_layout(lm_act_type(ty), k, &ar, act);
-                for (int r = 0; r < ROWS; r++) {
-                    qrow_init(&buf);
-                    lm_qrow_decode_scalar(&buf.r, ty, wmem + r * rb, k);
-                    float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
-                    ck_assert_msg(!memcmp(&out[t * ROWS + r], &want, 4), "%s k=%d, %d tokens: row %d token %d: %a vs %a",
-                                  lm_type_name(ty), k, n, r, t, out[t * ROWS + r], want);
-                }
-            }
+            ck_assert(matmul_matches_scalar(&w, x, out, n) == 0);
         }
     }
     mm_scratch_free(&s);
