@@ -63,7 +63,8 @@ void cli_usage(FILE *f)
           "      --ids-file FILE     logits: token ids, whitespace separated\n"
           "  -o, --output FILE       logits: output file (float32 rows; default stdout)\n"
           "      --sequential        logits: one token per evaluation\n"
-          "  -p N, -n N, -r N        bench: prompt tokens (512), generated tokens (128), repetitions (3)\n"
+          "  -p N, -n N, -r N        bench: prompt tokens (512), generated tokens (128), repetitions (3);\n"
+          "                          -p, -n and -t take lists (-p 512,16 -t 1,2), every combination run\n"
           "      --csv               bench: print test,tokens_per_s,stddev rows\n"
           "  -h, --help              this help\n"
           "      --version           print the version\n",
@@ -105,6 +106,27 @@ static int parse_seed(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A comma-separated list of integers in [lo, hi], as llama-bench takes them (-p 512,128). */
+static int parse_int_list(const char *opt, const char *s, int lo, int hi, int *out, int *n)
+{
+    char item[32];
+    *n = 0;
+    for (const char *p = s;; p++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (*n == CLI_BENCH_LIST || len == 0 || len >= sizeof item)
+            return cli_error("invalid value '%s' for %s (expected up to %d integers from %d to %d, "
+                             "separated by commas)", s, opt, CLI_BENCH_LIST, lo, hi);
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (parse_int(opt, item, lo, hi, &out[(*n)++]))
+            return -1;
+        if (!end)
+            return 0;
+        p = end;
+    }
+}
+
 static int is(const char *a, const char *s1, const char *s2)
 {
     return !strcmp(a, s1) || (s2 && !strcmp(a, s2));
@@ -130,9 +152,14 @@ static const char *const COMMANDS[] = {"complete", "info", "tokenize", "logits",
 static int value_opt(cli_opts *o, const char *a, const char *v)
 {
     lm_sampling *s = &o->sampling;
+    const int bench = o->cmd && !strcmp(o->cmd, "bench");
     if (is(a, "-m", "--model")) o->model = v;
-    else if (is(a, "-p", "--prompt") && o->cmd && !strcmp(o->cmd, "bench"))
-        return parse_int(a, v, 0, 1 << 20, &o->bench_p) ? -1 : 1;
+    else if (bench && is(a, "-p", "--prompt"))
+        return parse_int_list(a, v, 0, 1 << 20, o->bench_p, &o->n_bench_p) ? -1 : 1;
+    else if (bench && is(a, "-n", "--n-predict"))
+        return parse_int_list(a, v, 0, 1 << 20, o->bench_n, &o->n_bench_n) ? -1 : 1;
+    else if (bench && is(a, "-t", "--threads"))
+        return parse_int_list(a, v, 1, 1024, o->bench_t, &o->n_bench_t) ? -1 : 1;
     else if (is(a, "-p", "--prompt")) o->prompt = v;
     else if (is(a, "-r", "--repetitions")) return parse_int(a, v, 1, 64, &o->bench_reps) ? -1 : 1;
     else if (is(a, "-f", "--file")) o->prompt_file = v;
@@ -180,7 +207,6 @@ int cli_parse(int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
-    o->bench_p = 512;
     o->bench_reps = 3;
     lm_sampling_defaults(&o->sampling);
     int i = 1;

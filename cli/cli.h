@@ -16,6 +16,8 @@
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2 };
 
+#define CLI_BENCH_LIST 16
+
 typedef struct cli_opts {
     const char *cmd;          /* subcommand, NULL for the default */
     const char *model;
@@ -30,7 +32,10 @@ typedef struct cli_opts {
     const char *system_prompt;   /* -sys */
     const char *chat_template;   /* --chat-template NAME */
     int no_context_shift, stats, json;
-    int bench_p, bench_reps, bench_csv;   /* kvchat bench */
+    /* kvchat bench: lists of prompt lengths, generation lengths, thread counts (llama-bench's -p 512,128) */
+    int bench_p[CLI_BENCH_LIST], bench_n[CLI_BENCH_LIST], bench_t[CLI_BENCH_LIST];
+    int n_bench_p, n_bench_n, n_bench_t;
+    int bench_reps, bench_csv;
 } cli_opts;
 
 int cli_main(int argc, char **argv);

@@ -1,7 +1,8 @@
 /*
  * cli/cmd_bench.c - `kvchat bench`: prompt processing (pp: p tokens in one
  * evaluation) and generation (tg: n tokens one at a time), each repeated r
- * times after a warm-up, printed like llama-bench.  It also measures the
+ * times after a warm-up, printed like llama-bench; as there, -p, -n and -t
+ * take lists, and every thread count runs every test.  It also measures the
  * machine's memory read bandwidth in the same run (between the generation
  * runs) and reports how much of it generation uses, since token generation
  * is bound by reading weights.
@@ -146,79 +147,143 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int bench(const cli_opts *o, lm_model *m, kv_context *c, int p, int n, int reps)
+/* What every test of a run shares: the model, its token ids, the table's columns. */
+typedef struct bench_run {
+    const cli_opts *o;
+    lm_model *m;
+    const int32_t *toks;
+    double params, per_token, mib;
+} bench_run;
+
+/* pp of p tokens with the context's threads: a warm-up, then o->bench_reps runs, one row. */
+static int pp_test(const bench_run *b, kv_context *c, int threads, int p, lm_err *e)
 {
-    lm_err e = {{0}};
-    int big = p > n ? p : n;
-    int32_t *toks = malloc((size_t)big * sizeof *toks);
-    if (!toks)
-        return cli_error("out of memory");
-    fill_tokens(toks, big, m->hp.n_vocab);
-    double params, per_token = bytes_per_token(m, &params), tps;
-    int threads = o->n_threads > 0 ? o->n_threads : lm_default_threads();
-    double mib = (double)m->gguf.size / (1024.0 * 1024.0);
-    series pp = {{0}, 0}, tg = {{0}, 0};
-    int rc = 0;
-    if (!o->bench_csv) {
-        printf("| %-28s | %12s | %10s | %7s | %13s | %18s |\n", "model", "size", "params", "threads", "test", "t/s");
-        printf("| %.28s | %.12s | %.10s | %.7s | %.13s | %.18s |\n", "-----------------------------",
-               "-------------", "-----------", "--------", "--------------", "-------------------");
-    }
-    if (p > 0 && (run_pp(c, toks, p < 32 ? p : 32, &tps, &e) || run_pp(c, toks, p, &tps, &e)))
-        rc = 1; /* warm-up: pages mapped, threads started */
-    for (int r = 0; !rc && p > 0 && r < reps; r++)
-        rc = run_pp(c, toks, p, &pp.tps[pp.n++], &e);
-    /* the machine's read speed next to every tg run: its neighbours take
-       bandwidth now and then, so each run is set against the better of the
-       readings on its two sides */
-    read_probe probe = {0};
-    const int measure = n > 0 && !o->bench_csv && !rc && probe_init(&probe, threads) == 0;
-    double before = measure ? read_bandwidth(&probe) : 0, share = 0, lo = 0, hi = 0;
-    if (!rc && n > 0)
-        rc = run_tg(c, toks, n < 16 ? n : 16, &tps, &e);
-    for (int r = 0; !rc && n > 0 && r < reps; r++) {
-        rc = run_tg(c, toks, n, &tg.tps[tg.n], &e);
-        double after = measure ? read_bandwidth(&probe) : 0, machine = after > before ? after : before;
-        share += machine > 0 ? per_token * tg.tps[tg.n] / 1e9 / machine / reps : 0;
-        lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
-        before = after, tg.n++;
-    }
-    free(probe.buf);
-    if (rc) {
-        free(toks);
-        return cli_error("%s", e.msg);
-    }
+    series s = {{0}, 0};
+    double tps;
+    if (run_pp(c, b->toks, p < 32 ? p : 32, &tps, e) || run_pp(c, b->toks, p, &tps, e))
+        return -1; /* warm-up: pages mapped, threads started */
+    for (int r = 0; r < b->o->bench_reps; r++)
+        if (run_pp(c, b->toks, p, &s.tps[s.n++], e))
+            return -1;
     char test[32];
-    if (p > 0)
-        snprintf(test, sizeof test, "pp%d", p), print_row(o, base_name(o->model), mib, params, threads, test, &pp);
-    if (n > 0)
-        snprintf(test, sizeof test, "tg%d", n), print_row(o, base_name(o->model), mib, params, threads, test, &tg);
-    if (measure) {
-        double mean, sd;
-        stats(&tg, &mean, &sd);
-        printf("\ntg reads %.1f MiB of weights per token: %.1f GB/s, %.0f%% of what this machine read next to each run "
-               "(%.1f-%.1f GB/s)\n",
-               per_token / (1024.0 * 1024.0), per_token * mean / 1e9, 100 * share, lo, hi);
-    }
-    free(toks);
-    return EXIT_OK;
+    snprintf(test, sizeof test, "pp%d", p);
+    print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
+    return 0;
 }
 
-int cmd_bench(const cli_opts *o)
+/*
+ * tg of n tokens, one row; note gets its share of the machine's read speed,
+ * measured next to every run: its neighbours take bandwidth now and then,
+ * so each run is set against the better of the readings on its two sides.
+ */
+static int tg_test(const bench_run *b, kv_context *c, int threads, int n, const read_probe *probe,
+                   char *note, size_t cap, lm_err *e)
 {
-    int p = o->bench_p, n = o->n_predict < 0 ? 128 : o->n_predict, reps = o->bench_reps;
-    lm_model m;
-    if (cli_open_model(o, &m, NULL))
-        return EXIT_ERR;
-    kv_context c;
-    lm_err e = {{0}};
-    int big = (p > n ? p : n) + 1;
-    if (kv_init(&c, &m, big, o->kv_type, o->n_threads, &e)) {
-        lm_model_close(&m);
-        return cli_error("%s", e.msg);
+    series s = {{0}, 0};
+    double tps, before = probe ? read_bandwidth(probe) : 0, share = 0, lo = 0, hi = 0;
+    const int reps = b->o->bench_reps;
+    if (run_tg(c, b->toks, n < 16 ? n : 16, &tps, e))
+        return -1;
+    for (int r = 0; r < reps; r++) {
+        if (run_tg(c, b->toks, n, &s.tps[s.n], e))
+            return -1;
+        double after = probe ? read_bandwidth(probe) : 0, machine = after > before ? after : before;
+        share += machine > 0 ? b->per_token * s.tps[s.n] / 1e9 / machine / reps : 0;
+        lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
+        before = after, s.n++;
     }
-    int rc = bench(o, &m, &c, p, n, reps);
+    char test[32];
+    snprintf(test, sizeof test, "tg%d", n);
+    print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
+    double mean, sd;
+    stats(&s, &mean, &sd);
+    if (probe)
+        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights per token: %.1f GB/s, %.0f%% of what "
+                 "this machine read next to each run (%.1f-%.1f GB/s)\n", test, threads, threads == 1 ? "" : "s",
+                 b->per_token / (1024.0 * 1024.0), b->per_token * mean / 1e9, 100 * share, lo, hi);
+    return 0;
+}
+
+/* Every pp and tg test with one thread count; the tg tests' notes appended to notes. */
+static int tests_with_threads(const bench_run *b, int threads, char *notes, size_t cap, lm_err *e)
+{
+    const cli_opts *o = b->o;
+    int big = 1;
+    for (int i = 0; i < o->n_bench_p; i++)
+        big = o->bench_p[i] + 1 > big ? o->bench_p[i] + 1 : big;
+    for (int i = 0; i < o->n_bench_n; i++)
+        big = o->bench_n[i] + 1 > big ? o->bench_n[i] + 1 : big;
+    kv_context c;
+    if (kv_init(&c, b->m, big, o->kv_type, threads, e))
+        return -1;
+    read_probe probe = {0};
+    int rc = 0, measured = !o->bench_csv && probe_init(&probe, threads) == 0;
+    for (int i = 0; !rc && i < o->n_bench_p; i++)
+        rc = o->bench_p[i] > 0 ? pp_test(b, &c, threads, o->bench_p[i], e) : 0;
+    for (int i = 0; !rc && i < o->n_bench_n; i++) {
+        size_t used = strlen(notes);
+        rc = o->bench_n[i] > 0 ? tg_test(b, &c, threads, o->bench_n[i], measured ? &probe : NULL, notes + used,
+                                         cap - used, e)
+                               : 0;
+    }
+    free(probe.buf);
     kv_free(&c);
-    lm_model_close(&m);
     return rc;
+}
+
+static void print_header(const cli_opts *o)
+{
+    if (o->bench_csv)
+        return;
+    printf("| %-28s | %12s | %10s | %7s | %13s | %18s |\n", "model", "size", "params", "threads", "test", "t/s");
+    printf("| %.28s | %.12s | %.10s | %.7s | %.13s | %.18s |\n", "-----------------------------", "-------------",
+           "-----------", "--------", "--------------", "-------------------");
+}
+
+/* The lists not given take llama-bench's defaults (-p 512 -n 128) and the usual threads. */
+static void default_lists(cli_opts *o)
+{
+    if (!o->n_bench_p)
+        o->bench_p[o->n_bench_p++] = 512;
+    if (!o->n_bench_n)
+        o->bench_n[o->n_bench_n++] = o->n_predict >= 0 ? o->n_predict : 128;
+    if (!o->n_bench_t)
+        o->bench_t[o->n_bench_t++] = o->n_threads > 0 ? o->n_threads : lm_default_threads();
+}
+
+int cmd_bench(const cli_opts *opts)
+{
+    cli_opts o = *opts;
+    default_lists(&o);
+    lm_model m;
+    if (cli_open_model(&o, &m, NULL))
+        return EXIT_ERR;
+    int most = 1;
+    for (int i = 0; i < o.n_bench_p; i++)
+        most = o.bench_p[i] > most ? o.bench_p[i] : most;
+    for (int i = 0; i < o.n_bench_n; i++)
+        most = o.bench_n[i] > most ? o.bench_n[i] : most;
+    const size_t cap = CLI_BENCH_LIST * CLI_BENCH_LIST * 256; /* a line per tg test */
+    int32_t *toks = malloc((size_t)most * sizeof *toks);
+    char *notes = calloc(cap, 1);
+    if (!toks || !notes) {
+        free(toks);
+        free(notes);
+        lm_model_close(&m);
+        return cli_error("out of memory");
+    }
+    fill_tokens(toks, most, m.hp.n_vocab);
+    bench_run b = {&o, &m, toks, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0)};
+    b.per_token = bytes_per_token(&m, &b.params);
+    lm_err e = {{0}};
+    int rc = 0;
+    print_header(&o);
+    for (int i = 0; !rc && i < o.n_bench_t; i++)
+        rc = tests_with_threads(&b, o.bench_t[i], notes, cap, &e);
+    if (!rc && notes[0])
+        printf("\n%s", notes);
+    free(notes);
+    free(toks);
+    lm_model_close(&m);
+    return rc ? cli_error("%s", e.msg) : EXIT_OK;
 }

@@ -47,7 +47,8 @@ END_TEST
 /*
  * kvchat bench: --csv gives one pp and one tg row with positive rates; the
  * table names the model and the tests, and says what share of the
- * machine's read bandwidth generation used.
+ * machine's read bandwidth generation used; lists of -p and -t give every
+ * combination in order, and a malformed list is refused.
  */
 START_TEST(test_bench)
 {
@@ -67,6 +68,20 @@ START_TEST(test_bench)
                       strstr(out, "of what this machine read next to each run"),
                   "%s", out);
     free(out);
+    /* lists, as llama-bench takes them: every test for each thread count, in order */
+    char *c[] = {"bench", "-m", model, "-p", "8,16", "-n", "4", "-r", "1", "-t", "1,2", "--csv", NULL};
+    ck_assert_int_eq(kv(c, NULL, &out, NULL), 0);
+    double v[12];
+    used = 0;
+    ck_assert_msg(sscanf(out, "pp8,%lf,%lf\npp16,%lf,%lf\ntg4,%lf,%lf\npp8,%lf,%lf\npp16,%lf,%lf\ntg4,%lf,%lf\n%n",
+                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+                         &used) == 12 && out[used] == 0,
+                  "%s", out);
+    free(out);
+    char *d[] = {"bench", "-m", model, "-p", "8,,16", NULL}, *err;
+    ck_assert_int_eq(kv(d, NULL, NULL, &err), 2);
+    ck_assert_msg(strstr(err, "invalid value '8,,16' for -p"), "%s", err);
+    free(err);
     free(model);
 }
 END_TEST
