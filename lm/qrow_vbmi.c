@@ -258,16 +258,20 @@ VBMI static INLINE lane_ix lane_indexes(uint32_t t)
 }
 
 /* Lane j: the 4 bytes of block j that ix points to (src: each part's 128 bytes). */
+/*
+ * Each part's permute writes its lanes over the index vector itself and
+ * keeps the rest (vpermi2b), so the next part still finds its indexes
+ * there and no merging is needed.
+ */
 VBMI static INLINE __m512i lanes_pick(const __m512i src[8], int bs, __m512i ix)
 {
     const int per = blocks_per_part(bs), parts = (16 + per - 1) / per;
-    __m512i r = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int p = 0; p < parts; p++) {
         const __mmask64 mine = (~0ull >> (64 - 4 * per)) << (4 * per * p);
-        r = _mm512_or_si512(r, _mm512_maskz_permutex2var_epi8(mine, src[2 * p], ix, src[2 * p + 1]));
+        ix = _mm512_mask2_permutex2var_epi8(src[2 * p], ix, mine, src[2 * p + 1]);
     }
-    return r;
+    return ix;
 }
 
 /* Adds 16 to the codes (byte c of lane j: code 4q + c, or 16 + 4q + c when high) whose qh bit is set. */
