@@ -390,7 +390,7 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
     }
 }
 
-/* n (a constant, <= 8) tokens through one row of type t (a constant): out[t * ostride]. */
+/* n (a constant, <= 8) tokens through one row of type t (a constant): token i into out[i * ostride]. */
 VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                                   const lane_ix *ix, float *out, size_t ostride)
 {
