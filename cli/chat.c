@@ -139,10 +139,10 @@ void chat_reset(chat *c)
     kv_reset(&c->kv);
 }
 
-/* Renders and tokenizes the conversation with the generation prompt. */
-static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
+/* Renders and tokenizes the conversation with the generation prompt (and a next user message, if any). */
+static int render_with(chat *c, const char *next, int32_t **ids, int *n, lm_err *e)
 {
-    chat_msg *m = malloc(((size_t)c->n_msgs + 1) * sizeof *m);
+    chat_msg *m = malloc(((size_t)c->n_msgs + 2) * sizeof *m);
     if (!m)
         return lm_seterr(e, "out of memory"), -1;
     int k = 0;
@@ -150,6 +150,8 @@ static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
         m[k++] = (chat_msg){"system", c->system};
     for (int i = 0; i < c->n_msgs; i++)
         m[k++] = (chat_msg){role_name(c->msgs[i].role), c->msgs[i].text};
+    if (next)
+        m[k++] = (chat_msg){"user", next};
     size_t len;
     char *text = tmpl_render(c->family, m, k, 1, &len);
     free(m);
@@ -158,6 +160,11 @@ static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
     int rc = tok_encode_memo(c->vocab, c->memo, text, len, 1, c->family != TMPL_RAW, ids, n, e);
     free(text);
     return rc;
+}
+
+static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
+{
+    return render_with(c, NULL, ids, n, e);
 }
 
 /* Room kept free for the reply when deciding whether a prompt fits. */
@@ -329,4 +336,31 @@ int chat_reply(chat *c, reply_sink *sink, lm_err *e)
     c->turns += rc == 0;
     kv_prepare_ahead(&c->kv, KV_AHEAD); /* while the reply is read: the next prefill faults no pages */
     return rc;
+}
+
+/*
+ * The start of the next turn is the same whatever the user writes: the end
+ * of this turn and the template's header of the next user message
+ * ("<|im_end|>\n<|im_start|>user\n").  It is what two renderings with
+ * different one-letter messages share; decoded after a reply, while the
+ * user reads it, the next turn's first token waits only for the message
+ * and the generation prompt.  Should the real message's tokens begin
+ * otherwise, kv_sync keeps the common prefix and decodes from there, as
+ * for any other change.  Raw conversations have no such glue.
+ */
+void chat_prepare_next(chat *c)
+{
+    if (c->family == TMPL_RAW || *c->interrupt)
+        return;
+    int32_t *a = NULL, *b = NULL;
+    int na = 0, nb = 0, p = 0, reused, decoded;
+    lm_err e = {{0}};
+    if (!render_with(c, "a", &a, &na, &e) && !render_with(c, "b", &b, &nb, &e)) {
+        while (p < na && p < nb && a[p] == b[p])
+            p++;
+        if (p > kv_common_prefix(&c->kv, a, p) && p + reply_room(c) <= c->kv.n_ctx)
+            kv_sync(&c->kv, a, p, &reused, &decoded, c->interrupt, &e); /* on failure the next turn decodes it */
+    }
+    free(a);
+    free(b);
 }

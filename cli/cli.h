@@ -103,6 +103,8 @@ void chat_reset(chat *c);
  * conversation and the cache are as before the turn.
  */
 int chat_reply(chat *c, reply_sink *sink, lm_err *e);
+/* Decodes the next turn's opening, the same whatever the user writes (after a reply). */
+void chat_prepare_next(chat *c);
 
 /* ---- commands (commands.c) ---- */
 
@@ -131,6 +133,7 @@ typedef struct session {
     int json, tty, color, script, line_no;
     const char *source;    /* script file name for error messages */
     int pending_edit;      /* terminal: /edit N without text */
+    int more;              /* more messages may follow: decode the next turn's opening after a reply */
 } session;
 
 /* Runs one command; writes its output; -1 on a bad argument (message in err). */

@@ -182,11 +182,17 @@ int session_turn(session *s, const char *text, size_t len, char *err, size_t n)
         interrupted = 0;
         return -1;
     }
+    const int cut = interrupted;
     if (interrupted && s->tty)
         fputs(" [interrupted]", stdout);
     interrupted = 0;
     finish_reply(s, &g);
     free(g.buf);
+    if (s->more && !cut) {
+        fflush(stdout);
+        chat_prepare_next(c);
+        interrupted = 0; /* Ctrl-C during it only stops it */
+    }
     return 0;
 }
 
@@ -336,6 +342,7 @@ static int run_loop(session *s, input *in)
 {
     int failed = 0;
     char err[600];
+    s->more = 1;
     for (char *line; (line = next_line(s, in, 0));) {
         err[0] = 0;
         int rc = handle_line(s, in, line, err, sizeof err);
@@ -377,7 +384,7 @@ static int interactive(session *s)
 
 int cli_run_script(chat *c, FILE *f, const char *name, int json)
 {
-    session s = {c, json, 0, 0, 1, 0, name, 0};
+    session s = {c, json, 0, 0, 1, 0, name, 0, 0};
     input in = {f, NULL, 0};
     int rc = run_loop(&s, &in);
     free(in.line);
@@ -393,7 +400,7 @@ int cmd_chat(const cli_opts *o)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: Ctrl-C interrupts a blocked read */
-    session s = {&c, o->json, 0, 0, 0, 0, NULL, 0};
+    session s = {&c, o->json, 0, 0, 0, 0, NULL, 0, 0};
     int rc;
     if (o->prompt) { /* one message, its reply, and out: like `ollama run MODEL PROMPT` */
         char err[600];

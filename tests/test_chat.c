@@ -228,6 +228,41 @@ START_TEST(test_replay_templates)
 }
 END_TEST
 
+/*
+ * After a reply the next turn's opening (the end of this turn and the
+ * header of the next user message) is already decoded: a turn reuses more
+ * than the previous turn left in the cache and decodes only its message
+ * and the generation prompt; /regen after that still gives the same reply.
+ */
+START_TEST(test_next_turn_opening)
+{
+    char *m = model_with_vocab("vocab/ggml-vocab-qwen2.gguf", "q2.gguf");
+    ck_assert(m);
+    const char *extra[] = {"-n", "6", NULL};
+    int rc;
+    char *out = chat_run(m, "Hello there\nWhat is 2+2?\n/regen\nTell me more\n", &rc, extra);
+    ck_assert_int_eq(rc, 0);
+    int prev_past = 0;
+    for (int t = 0; t < 4; t++) {
+        char *r = nth_line(out, "{\"type\":\"reply\"", t);
+        ck_assert_msg(r, "reply %d missing in %s", t, out);
+        int R = json_int(r, "reused"), D = json_int(r, "decoded");
+        if (t == 1 || t == 3) {
+            ck_assert_msg(R > prev_past, "turn %d reused %d of the %d cached before the opening", t, R, prev_past);
+            ck_assert_msg(D <= 12, "turn %d decoded %d tokens: more than its message", t, D);
+        }
+        prev_past = json_int(r, "n_past");
+        free(r);
+    }
+    char *a = nth_line(out, "{\"type\":\"reply\"", 1), *b = nth_line(out, "{\"type\":\"reply\"", 2);
+    char *ca = json_content(a), *cb = json_content(b);
+    ck_assert_msg(!strcmp(ca, cb), "reply [%s] != regenerated [%s]", ca, cb);
+    free(ca), free(cb), free(a), free(b), free(out);
+    unlink(m);
+    free(m);
+}
+END_TEST
+
 START_TEST(test_edit_regen_undo_reset)
 {
     char *m = stories();
@@ -412,6 +447,7 @@ TCase *tcase_chat(void)
     tcase_add_test(tc, test_delta_only);
     tcase_add_test(tc, test_replay_raw);
     tcase_add_test(tc, test_replay_templates);
+    tcase_add_test(tc, test_next_turn_opening);
     tcase_add_test(tc, test_edit_regen_undo_reset);
     tcase_add_test(tc, test_overflow);
     tcase_add_test(tc, test_plain_pipe_and_script);
