@@ -307,6 +307,12 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     }
 }
 
+/* Whether a few tokens go through w's rows with their blocks in lanes (qrow_vbmi.c). */
+static int lanes_type(const lm_tensor *w, const mm_scratch *s)
+{
+    return s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0 || w->type == LM_Q8_0);
+}
+
 /* Whether the activations rounded for a serve b as they are. */
 static int acts_fit(const lm_tensor *a, const lm_tensor *b)
 {
@@ -327,8 +333,7 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
         if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
             lm_act_windows(&s->acts[t]);
-        else if (!grouped && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0 || w->type == LM_Q8_0))
-            /* a few tokens, blocks in lanes (qrow_vbmi.c) */
+        else if (!grouped && lanes_type(w, s))
             lm_act_lanes(&s->acts[t]);
         else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
             lm_act_nibbles(&s->acts[t]); /* codes as the row's nibbles lie (qrow_k.c) */
@@ -373,8 +378,7 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int lanes = s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0 || w->type == LM_Q8_0);
-    const int from = !lanes || s->amx ? 10 : w->type == LM_Q8_0 ? 20 : 16; /* AMX tiles: not measured here */
+    const int from = !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q8_0 ? 20 : 16; /* AMX: not measured */
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 

@@ -340,19 +340,6 @@ AVX512 static INLINE __m512i step_codes(uint32_t t, const uint8_t *blk, size_t b
     return _mm512_setzero_si512();
 }
 
-/*
- * The f16 scales opening the live ones of 16 blocks `stride` bytes apart
- * (consecutive blocks of a row, or one block of 16 rows): a gather of 32
- * bits, low halves kept.
- */
-AVX512 static INLINE __m512 block_scales16(const uint8_t *blk, size_t stride, __mmask16 live)
-{
-    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32((int)stride));
-    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)blk, 1);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-}
-
 /* Sums of blocks b+2p, b+2p+1 of one token; past the activation's end nothing is read. */
 AVX512 static INLINE __m512i step_pair(const act_row *a, int64_t b, int p, int nb, __m512i u)
 {

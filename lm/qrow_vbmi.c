@@ -40,7 +40,7 @@ void lm_act_windows(act_row *a)
 }
 
 /*
- * The token's codes for a few tokens through Q4_0 rows (lm_rows_lanes_vbmi):
+ * The token's codes for a few tokens through Q4_0, Q5_0 or Q8_0 rows (lm_rows_lanes_vbmi):
  * per step of 16 blocks, 8 vectors of 64 bytes, vector q holding codes
  * 4q..4q+3 of block j in lane j; ncw lane j the block's whole negcorr.
  * Zeros past the last block.
@@ -257,11 +257,11 @@ VBMI static INLINE lane_ix lane_indexes(uint32_t t)
     return (lane_ix){lane_index(bs, t == LM_Q5_0 ? 6 : 2, 4), lane_index(bs, 0, 2), lane_index(bs, 2, 4)};
 }
 
-/* Lane j: the 4 bytes of block j that ix points to (src: each part's 128 bytes). */
 /*
- * Each part's permute writes its lanes over the index vector itself and
- * keeps the rest (vpermi2b), so the next part still finds its indexes
- * there and no merging is needed.
+ * Lane j: the 4 bytes of block j that ix points to (src: each part's 128
+ * bytes).  Each part's permute writes its lanes over the index vector
+ * itself and keeps the rest (vpermi2b), so the next part still finds its
+ * indexes there and no merging is needed.
  */
 VBMI static INLINE __m512i lanes_pick(const __m512i src[8], int bs, __m512i ix)
 {
@@ -350,11 +350,7 @@ VBMI static INLINE void q8_0_lanes(const uint8_t *w, int m, __m512i u[8], __m512
         u[2 * he] = _mm512_xor_si512(PICK32(b[he], s30, b[4 + he]), flip);
         u[2 * he + 1] = _mm512_xor_si512(PICK32(b[he], s31, b[4 + he]), flip);
     }
-    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(34));
-    const __mmask16 live = (__mmask16)((1u << m) - 1);
-    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)w, 1);
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+    *dw = block_scales16(w, 34, (__mmask16)((1u << m) - 1));
 }
 #undef PICK32
 

@@ -1,8 +1,8 @@
 /*
  * lm/simd.h - what the x86 kernel files share (qdot_simd.c, qgemm.c,
  * attention_simd.c): the target attributes that let one binary carry
- * AVX2 and AVX-512 code for CPUs chosen at run time, and the one tree by
- * which every path adds 16 float lanes.
+ * AVX2 and AVX-512 code for CPUs chosen at run time, the one tree by
+ * which every path adds 16 float lanes, and helpers more than one file uses.
  */
 #ifndef LM_SIMD_H
 #define LM_SIMD_H
@@ -23,6 +23,19 @@ AVX512 static INLINE float hsum16_avx512(__m512 acc)
     __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
     __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/*
+ * The f16 scales opening the live ones of 16 blocks `stride` bytes apart
+ * (consecutive blocks of a row, or one block of 16 rows): a gather of 32
+ * bits, low halves kept.
+ */
+AVX512 static INLINE __m512 block_scales16(const uint8_t *blk, size_t stride, __mmask16 live)
+{
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int)stride));
+    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)blk, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
 }
 
 /* A 16 x 16 block transposed: lane i of t[j] is lane j of r[i]. */
