@@ -162,11 +162,6 @@ static int render_with(chat *c, const char *next, int32_t **ids, int *n, lm_err 
     return rc;
 }
 
-static int render_tokens(chat *c, int32_t **ids, int *n, lm_err *e)
-{
-    return render_with(c, NULL, ids, n, e);
-}
-
 /* Room kept free for the reply when deciding whether a prompt fits. */
 static int reply_room(const chat *c)
 {
@@ -195,7 +190,7 @@ static int drop_oldest_turn(chat *c)
 static int fitting_prompt(chat *c, int32_t **ids, int *n, lm_err *e)
 {
     for (;;) {
-        if (render_tokens(c, ids, n, e))
+        if (render_with(c, NULL, ids, n, e))
             return -1;
         if (*n + reply_room(c) <= c->kv.n_ctx)
             return 0;

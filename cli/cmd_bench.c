@@ -147,11 +147,12 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* What every test of a run shares: the model, its token ids, the table's columns. */
+/* What every test of a run shares: the model, its token ids (longest of them all), the table's columns. */
 typedef struct bench_run {
     const cli_opts *o;
     lm_model *m;
     const int32_t *toks;
+    int longest;
     double params, per_token, mib;
 } bench_run;
 
@@ -204,29 +205,26 @@ static int tg_test(const bench_run *b, kv_context *c, int threads, int n, const 
     return 0;
 }
 
-/* Every pp and tg test with one thread count; the tg tests' notes appended to notes. */
-static int tests_with_threads(const bench_run *b, int threads, char *notes, size_t cap, lm_err *e)
+/*
+ * Every pp and tg test with one thread count; the tg tests' notes appended
+ * to notes.  probe (NULL: no readings) reads with the same threads.
+ */
+static int tests_with_threads(const bench_run *b, int threads, read_probe *probe, char *notes, size_t cap,
+                              lm_err *e)
 {
     const cli_opts *o = b->o;
-    int big = 1;
-    for (int i = 0; i < o->n_bench_p; i++)
-        big = o->bench_p[i] + 1 > big ? o->bench_p[i] + 1 : big;
-    for (int i = 0; i < o->n_bench_n; i++)
-        big = o->bench_n[i] + 1 > big ? o->bench_n[i] + 1 : big;
     kv_context c;
-    if (kv_init(&c, b->m, big, o->kv_type, threads, e))
+    if (kv_init(&c, b->m, b->longest + 1, o->kv_type, threads, e))
         return -1;
-    read_probe probe = {0};
-    int rc = 0, measured = !o->bench_csv && probe_init(&probe, threads) == 0;
+    if (probe)
+        probe->threads = threads;
+    int rc = 0;
     for (int i = 0; !rc && i < o->n_bench_p; i++)
         rc = o->bench_p[i] > 0 ? pp_test(b, &c, threads, o->bench_p[i], e) : 0;
     for (int i = 0; !rc && i < o->n_bench_n; i++) {
         size_t used = strlen(notes);
-        rc = o->bench_n[i] > 0 ? tg_test(b, &c, threads, o->bench_n[i], measured ? &probe : NULL, notes + used,
-                                         cap - used, e)
-                               : 0;
+        rc = o->bench_n[i] > 0 ? tg_test(b, &c, threads, o->bench_n[i], probe, notes + used, cap - used, e) : 0;
     }
-    free(probe.buf);
     kv_free(&c);
     return rc;
 }
@@ -258,11 +256,12 @@ int cmd_bench(const cli_opts *opts)
     lm_model m;
     if (cli_open_model(&o, &m, NULL))
         return EXIT_ERR;
-    int most = 1;
+    int most = 1, most_n = 0;
     for (int i = 0; i < o.n_bench_p; i++)
         most = o.bench_p[i] > most ? o.bench_p[i] : most;
     for (int i = 0; i < o.n_bench_n; i++)
-        most = o.bench_n[i] > most ? o.bench_n[i] : most;
+        most_n = o.bench_n[i] > most_n ? o.bench_n[i] : most_n;
+    most = most_n > most ? most_n : most;
     const size_t cap = CLI_BENCH_LIST * CLI_BENCH_LIST * 256; /* a line per tg test */
     int32_t *toks = malloc((size_t)most * sizeof *toks);
     char *notes = calloc(cap, 1);
@@ -273,15 +272,19 @@ int cmd_bench(const cli_opts *opts)
         return cli_error("out of memory");
     }
     fill_tokens(toks, most, m.hp.n_vocab);
-    bench_run b = {&o, &m, toks, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0)};
+    bench_run b = {&o, &m, toks, most, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0)};
     b.per_token = bytes_per_token(&m, &b.params);
+    /* the 1 GiB the readings go through, filled once, and only when a tg test reports its share */
+    read_probe probe = {0};
+    const int measured = most_n > 0 && !o.bench_csv && probe_init(&probe, o.bench_t[0]) == 0;
     lm_err e = {{0}};
     int rc = 0;
     print_header(&o);
     for (int i = 0; !rc && i < o.n_bench_t; i++)
-        rc = tests_with_threads(&b, o.bench_t[i], notes, cap, &e);
+        rc = tests_with_threads(&b, o.bench_t[i], measured ? &probe : NULL, notes, cap, &e);
     if (!rc && notes[0])
         printf("\n%s", notes);
+    free(probe.buf);
     free(notes);
     free(toks);
     lm_model_close(&m);
