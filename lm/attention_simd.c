@@ -21,7 +21,7 @@
  * head's cache, so the out-of-order window holds few misses at a time and
  * the hardware prefetcher does not get far enough ahead: a cache coming
  * from memory took as long as reading it plus the arithmetic (9 queries
- * over 760 keys, Zen 5: 57K cycles from memory against 25K in L2 and 24K
+ * over 760 keys, Zen 5: 57K TSC ticks from memory against 25K in L2 and 24K
  * to only read it).  One block of keys ahead overlaps the two (35K); the
  * whole-block prefetch in attend_group still brings the next block from L2
  * into L1.  Prefetches never fault, so reading past the last key is fine.
