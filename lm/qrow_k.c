@@ -11,8 +11,8 @@
  * are packed into one vector and meet their scales in one multiply-add; a
  * quad's sums and mins all meet in one reduction tree.  The token's codes
  * are laid out in the order the Q4_K/Q5_K nibbles come (lm_act_nibbles),
- * so the codes need no permute, and a thread's rows go through in one
- * call.  Integer sums are exact, so their order is free; the float steps
+ * so the codes need no permute, and rows go through in runs of about
+ * 64 KiB a call.  Integer sums are exact, so their order is free; the float steps
  * are lm_dot_k_scalar's, block by block, so the result is bitwise the same.
  *
  * The file is compiled twice.  Alone it gives lm_rows_k_avx512 (AVX-512
