@@ -308,8 +308,11 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
     if (fast_rows(out, w, r0, r0, t0, nt, s)) { /* (no rows: only asks) */
-        const int64_t fit = (int64_t)(RUN_BYTES / row_bytes) / 16 * 16, per = fit > 16 ? fit : 16;
-        const int64_t runs = (rows - r0 + per - 1) / per;
+        const int64_t left = rows - r0, most = left / (4 * (int64_t)omp_get_num_threads());
+        int64_t per = (int64_t)(RUN_BYTES / row_bytes);
+        per = (per < most ? per : most) / 16 * 16; /* four runs a thread at least: small matrices stay even */
+        per = per > 16 ? per : 16;
+        const int64_t runs = (left + per - 1) / per;
 #pragma omp for schedule(guided) nowait
         for (int64_t u = 0; u < runs; u++) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
