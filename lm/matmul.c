@@ -288,6 +288,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
                                                          (size_t)rows);
 }
 
+#define RUN_BYTES 65536 /* weight bytes of a run of rows for the fast kernels, about */
+
 /*
  * One block of tokens against the rows from r0 on, by the threads of the
  * region.  The fast kernels take runs of about 64 KiB of rows (a multiple
@@ -299,7 +301,6 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  * against 76.3-81.0 (level except when one core lagged; 16-row runs, an
  * earlier series: 50.3-51.9 against 53.5-54.4 GB/s); 6-token prompts level.
  */
-#define RUN_BYTES 65536
 static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0, int nt,
                               mm_scratch *s)
 {

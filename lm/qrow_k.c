@@ -12,8 +12,9 @@
  * quad's sums and mins all meet in one reduction tree.  The token's codes
  * are laid out in the order the Q4_K/Q5_K nibbles come (lm_act_nibbles),
  * so the codes need no permute, and rows go through in runs of about
- * 64 KiB a call.  Integer sums are exact, so their order is free; the float steps
- * are lm_dot_k_scalar's, block by block, so the result is bitwise the same.
+ * 64 KiB a call.  Integer sums are exact, so their order is free; the
+ * float steps are lm_dot_k_scalar's, block by block, so the result is
+ * bitwise the same.
  *
  * The file is compiled twice.  Alone it gives lm_rows_k_avx512 (AVX-512
  * with VNNI) and the batch paths' decoders; qrow_k_gfni.c includes it with
