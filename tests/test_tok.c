@@ -34,8 +34,9 @@ static void vclose(vfile *f)
     gguf_close(&f->g);
 }
 
-/* Compares every test string of NAME.inp with the ids of NAME.out. */
-static int check_vectors(const char *dir, const char *name)
+/* Compares every test string of NAME.inp with the ids of NAME.out, tokenized
+ * through memo when there is one. */
+static int check_vectors(const char *dir, const char *name, tok_memo *memo)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.inp", dir, name);
@@ -57,7 +58,9 @@ static int check_vectors(const char *dir, const char *name)
         int32_t *ids;
         int n;
         lm_err e;
-        ck_assert(tok_encode(f.v, s, (size_t)(end - s), 0, 0, &ids, &n, &e) == 0);
+        size_t len = (size_t)(end - s);
+        ck_assert((memo ? tok_encode_memo(f.v, memo, s, len, 0, 0, &ids, &n, &e)
+                        : tok_encode(f.v, s, len, 0, 0, &ids, &n, &e)) == 0);
         char *q = line;
         for (int i = 0; i <= n; i++) {
             char *next;
@@ -103,7 +106,13 @@ START_TEST(test_vocab_vectors)
         size_t l = strlen(de->d_name);
         if (l < 6 || strcmp(de->d_name + l - 5, ".gguf"))
             continue;
-        ck_assert_int_gt(check_vectors(dir, de->d_name), 10);
+        ck_assert_int_gt(check_vectors(dir, de->d_name, NULL), 10);
+        /* through a memo: its words come from the first pass in the second */
+        tok_memo *memo = tok_memo_new();
+        ck_assert(memo);
+        for (int pass = 0; pass < 2; pass++)
+            check_vectors(dir, de->d_name, memo);
+        tok_memo_free(memo);
         files++;
     }
     closedir(d);
@@ -178,6 +187,50 @@ START_TEST(test_memo_same_ids)
         tok_memo_free(memo);
         vclose(&f);
     }
+}
+END_TEST
+
+/*
+ * A conversation without a template is one fragment that grows every turn;
+ * through one memo, switching between two vocabs as it grows, every call
+ * still gives tok_encode's ids (the words noted for one vocab are not the
+ * other's).
+ */
+START_TEST(test_memo_raw_growing)
+{
+    vfile f[2];
+    vopen(&f[0], "vocab/ggml-vocab-gpt-2.gguf");
+    vopen(&f[1], "vocab/ggml-vocab-llama3.gguf");
+    char *path = shared_path("vocab/ggml-vocab-qwen2.gguf.inp");
+    size_t ilen;
+    char *inp = slurp(path, &ilen);
+    ck_assert_msg(inp, "no %s", path);
+    tok_memo *memo = tok_memo_new();
+    ck_assert(memo);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    size_t upto = 0;
+    int calls = 0;
+    for (char *end; (end = strstr(inp + upto, sep)); upto = (size_t)(end - inp) + strlen(sep)) {
+        size_t len = (size_t)(end - inp); /* every case so far, separators and all */
+        for (int r = 0; r < 2; r++, calls++) {
+            const tok_vocab *v = f[(calls / 3) % 2].v;
+            int32_t *a, *b;
+            int na, nb;
+            lm_err e;
+            ck_assert(tok_encode(v, inp, len, 1, 0, &a, &na, &e) == 0);
+            ck_assert(tok_encode_memo(v, memo, inp, len, 1, 0, &b, &nb, &e) == 0);
+            ck_assert_msg(na == nb && !memcmp(a, b, (size_t)na * sizeof *a), "call %d, %zu bytes",
+                          calls, len);
+            free(a);
+            free(b);
+        }
+    }
+    ck_assert_int_gt(calls, 20);
+    tok_memo_free(memo);
+    free(inp);
+    free(path);
+    vclose(&f[0]);
+    vclose(&f[1]);
 }
 END_TEST
 
@@ -275,6 +328,7 @@ TCase *tcase_tok(void)
     tcase_add_test(tc, test_vocab_vectors);
     tcase_add_test(tc, test_special_parsing);
     tcase_add_test(tc, test_memo_same_ids);
+    tcase_add_test(tc, test_memo_raw_growing);
     tcase_add_test(tc, test_bos_flags);
     tcase_add_test(tc, test_byte_fallback_and_stream);
     tcase_add_test(tc, test_invalid_utf8);

@@ -242,7 +242,26 @@ static int bpe_word(const tok_vocab *v, const char *w, size_t len, tok_out *o)
     return rc;
 }
 
-int bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_out *o)
+/* A word's ids from words when noted there, else merged (and noted). */
+static int bpe_word_memo(const tok_vocab *v, const char *w, size_t len, word_memo *words,
+                         tok_out *o)
+{
+    int n, first = o->n;
+    const int32_t *ids = words ? word_memo_get(words, w, len, &n) : NULL;
+    if (ids) {
+        for (int j = 0; j < n; j++)
+            if (tok_out_push(o, ids[j]))
+                return -1;
+        return 0;
+    }
+    if (bpe_word(v, w, len, o))
+        return -1;
+    if (words)
+        word_memo_put(words, w, len, o->ids + first, o->n - first);
+    return 0;
+}
+
+int bpe_encode(const tok_vocab *v, const char *text, size_t len, word_memo *words, tok_out *o)
 {
     size_t clen, *starts = NULL, *lens = NULL;
     int n = 0, rc = -1;
@@ -252,7 +271,7 @@ int bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_out *o)
     rc = 0;
     for (int i = 0; i < n && !rc; i++)
         if (lens[i])
-            rc = bpe_word(v, clean + starts[i], lens[i], o);
+            rc = bpe_word_memo(v, clean + starts[i], lens[i], words, o);
 out:
     free(clean);
     free(starts);
@@ -376,7 +395,8 @@ typedef struct memo_frag {
  * Fragments are encoded independently of each other, so one that repeats
  * byte for byte at the same place (with the same prefix flag) gets the
  * same ids: a chat's conversation is re-tokenized every turn, and all but
- * the newest messages are such repeats.
+ * the newest messages are such repeats.  A fragment that is new (the whole
+ * conversation, without a template) still finds its BPE words in words.
  */
 struct tok_memo {
     const tok_vocab *v;
@@ -386,9 +406,19 @@ struct tok_memo {
     int nf;
     int32_t *ids;
     int reused; /* fragments of the last call taken from here */
+    word_memo *words;
+    const tok_vocab *words_v; /* the vocab of the words' ids */
 };
 
-tok_memo *tok_memo_new(void) { return calloc(1, sizeof(tok_memo)); }
+tok_memo *tok_memo_new(void)
+{
+    tok_memo *m = calloc(1, sizeof *m);
+    if (m && !(m->words = word_memo_new())) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
 
 static void memo_clear(tok_memo *m)
 {
@@ -400,8 +430,10 @@ static void memo_clear(tok_memo *m)
 
 void tok_memo_free(tok_memo *m)
 {
-    if (m)
+    if (m) {
         memo_clear(m);
+        word_memo_free(m->words);
+    }
     free(m);
 }
 
@@ -439,13 +471,13 @@ static void memo_keep(tok_memo *m, const tok_vocab *v, int parse_special, const 
 }
 
 static int encode_fragment(const tok_vocab *v, const char *text, const frag *x, int prefix,
-                           tok_out *o)
+                           word_memo *words, tok_out *o)
 {
     if (x->token >= 0)
         return tok_out_push(o, x->token);
     if (v->kind == TOK_SPM)
         return spm_fragment(v, text + x->off, x->len, prefix, o);
-    return bpe_encode(v, text + x->off, x->len, o);
+    return bpe_encode(v, text + x->off, x->len, words, o);
 }
 
 /* memo: the last text's fragments to reuse (or NULL); rec: where to note this text's. */
@@ -463,7 +495,7 @@ static int encode_fragments(const tok_vocab *v, const char *text, const frags *f
                 if (tok_out_push(o, memo->ids[hit->first + j]))
                     return -1;
             memo->reused++;
-        } else if (encode_fragment(v, text, x, prefix, o)) {
+        } else if (encode_fragment(v, text, x, prefix, memo ? memo->words : NULL, o)) {
             return -1;
         }
         if (v->kind == TOK_SPM)
@@ -486,6 +518,10 @@ int tok_encode_memo(const tok_vocab *v, tok_memo *memo, const char *text, size_t
     tok_out o = {0};
     frags f = {0};
     memo_frag *rec = NULL;
+    if (memo && memo->words_v != v) {
+        word_memo_clear(memo->words); /* a word's ids are the vocab's */
+        memo->words_v = v;
+    }
     if (memo && (memo->v != v || memo->parse_special != parse_special))
         memo_clear(memo);
     if (memo)

@@ -74,6 +74,15 @@ typedef struct tok_out {
 
 int tok_out_push(tok_out *o, int32_t id);
 int spm_encode(const tok_vocab *v, const char *text, size_t len, tok_out *o);
-int bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_out *o);
+/* words: a memo of BPE words to read and add to, or NULL (words.c) */
+typedef struct word_memo word_memo;
+int bpe_encode(const tok_vocab *v, const char *text, size_t len, word_memo *words, tok_out *o);
+
+word_memo *word_memo_new(void);
+void word_memo_free(word_memo *m);
+void word_memo_clear(word_memo *m);
+/* The ids noted for the len bytes at w (*n of them), or NULL. */
+const int32_t *word_memo_get(const word_memo *m, const char *w, size_t len, int *n);
+void word_memo_put(word_memo *m, const char *w, size_t len, const int32_t *ids, int n);
 
 #endif

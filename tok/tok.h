@@ -52,8 +52,10 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_special
 /*
  * A memo of the last text tokenized through it: pieces of the next text
  * between special tokens that repeat the last one's, at the same place,
- * take their ids from it instead of being tokenized again.  The ids are
- * those tok_encode gives.  A chat keeps one for its conversation.
+ * take their ids from it instead of being tokenized again, and byte-level
+ * BPE words it has seen before take theirs from a table of words.  The ids
+ * are those tok_encode gives.  A chat keeps one for its conversation; a
+ * memo follows the vocab it was last used with.
  */
 typedef struct tok_memo tok_memo;
 tok_memo *tok_memo_new(void);
