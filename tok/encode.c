@@ -465,8 +465,10 @@ static void memo_keep(tok_memo *m, const tok_vocab *v, int parse_special, const 
         memo_clear(m);
         return;
     }
-    memcpy(m->text, text, len);
-    memcpy(m->ids, o->ids, (size_t)o->n * sizeof *m->ids);
+    if (len) /* (an empty text has no ids array at all) */
+        memcpy(m->text, text, len);
+    if (o->n)
+        memcpy(m->ids, o->ids, (size_t)o->n * sizeof *m->ids);
     m->mf = mf, m->nf = nf;
 }
 
