@@ -234,6 +234,43 @@ START_TEST(test_memo_raw_growing)
 }
 END_TEST
 
+/*
+ * More distinct words than the word memo keeps (it starts over, 65536),
+ * and words too long to keep, through one memo twice: tok_encode's ids.
+ */
+START_TEST(test_memo_many_words)
+{
+    vfile f;
+    vopen(&f, "vocab/ggml-vocab-llama3.gguf");
+    const int words = 70000;
+    char *text = malloc((size_t)words * 8 + 4096);
+    ck_assert(text);
+    size_t n = 0;
+    for (int i = 0; i < words; i++) { /* " " and a base-26 number: every word differs */
+        text[n++] = ' ';
+        for (int x = i; x; x /= 26)
+            text[n++] = (char)('a' + x % 26);
+    }
+    for (int i = 0; i < 1000; i++) /* one word of 1000 letters */
+        text[n++] = (char)('a' + i * 7 % 26);
+    int32_t *a, *b;
+    int na, nb;
+    lm_err e;
+    ck_assert(tok_encode(f.v, text, n, 1, 0, &a, &na, &e) == 0);
+    tok_memo *memo = tok_memo_new();
+    ck_assert(memo);
+    for (int pass = 0; pass < 2; pass++) {
+        ck_assert(tok_encode_memo(f.v, memo, text, n, 1, 0, &b, &nb, &e) == 0);
+        ck_assert_msg(na == nb && !memcmp(a, b, (size_t)na * sizeof *a), "pass %d", pass);
+        free(b);
+    }
+    tok_memo_free(memo);
+    free(a);
+    free(text);
+    vclose(&f);
+}
+END_TEST
+
 START_TEST(test_special_parsing)
 {
     vfile f;
@@ -329,6 +366,7 @@ TCase *tcase_tok(void)
     tcase_add_test(tc, test_special_parsing);
     tcase_add_test(tc, test_memo_same_ids);
     tcase_add_test(tc, test_memo_raw_growing);
+    tcase_add_test(tc, test_memo_many_words);
     tcase_add_test(tc, test_bos_flags);
     tcase_add_test(tc, test_byte_fallback_and_stream);
     tcase_add_test(tc, test_invalid_utf8);

@@ -8,7 +8,9 @@
  *
  * Open addressing with linear probing over a power-of-two table, the words'
  * bytes and ids in two growing arenas.  When it would outgrow WORDS_MAX
- * entries it starts over empty: a cache, never a cause of a wrong id.
+ * entries or WORDS_BYTES of words it starts over empty: a cache, never a
+ * cause of a wrong id.  Words longer than WORD_LONGEST are not kept (a
+ * hostile text of one huge word would otherwise be held twice).
  */
 #include "internal.h"
 
@@ -16,6 +18,8 @@
 #include <string.h>
 
 #define WORDS_MAX (1 << 16)
+#define WORDS_BYTES (4u << 20)
+#define WORD_LONGEST 256
 
 typedef struct word_slot {
     uint64_t hash;
@@ -114,14 +118,12 @@ static void *arena_room(void *a, size_t *cap, size_t need, size_t size)
 /* Notes w's ids.  Out of memory it notes nothing: the memo only saves work. */
 void word_memo_put(word_memo *m, const char *w, size_t len, const int32_t *ids, int n)
 {
-    if (!len || len > UINT32_MAX / 2 || n <= 0)
+    if (!len || len > WORD_LONGEST || n <= 0)
         return;
-    if (m->used + 1 > WORDS_MAX)
+    if (m->used + 1 > WORDS_MAX || m->n_bytes + len > WORDS_BYTES)
         word_memo_clear(m);
     if ((m->used + 1) * 2 > m->cap && word_memo_grow(m))
         return;
-    if (m->n_bytes + len > UINT32_MAX || m->n_ids + (size_t)n > UINT32_MAX)
-        word_memo_clear(m);
     char *bytes = arena_room(m->bytes, &m->cap_bytes, m->n_bytes + len, 1);
     if (!bytes)
         return;
