@@ -407,7 +407,6 @@ struct tok_memo {
     int32_t *ids;
     int reused; /* fragments of the last call taken from here */
     word_memo *words;
-    const tok_vocab *words_v; /* the vocab of the words' ids */
 };
 
 tok_memo *tok_memo_new(void)
@@ -453,11 +452,11 @@ static const memo_frag *memo_hit(const tok_memo *m, const char *text, int i, con
 }
 
 /* Makes text, its fragments and ids the memo's; on no memory the memo is just emptied. */
-static void memo_keep(tok_memo *m, const tok_vocab *v, int parse_special, const char *text,
-                      size_t len, memo_frag *mf, int nf, const tok_out *o)
+static void memo_keep(tok_memo *m, int parse_special, const char *text, size_t len,
+                      memo_frag *mf, int nf, const tok_out *o)
 {
     memo_clear(m);
-    m->v = v, m->parse_special = parse_special;
+    m->parse_special = parse_special;
     m->text = malloc(len ? len : 1);
     m->ids = malloc((o->n ? (size_t)o->n : 1) * sizeof *m->ids);
     if (!m->text || !m->ids) {
@@ -520,11 +519,12 @@ int tok_encode_memo(const tok_vocab *v, tok_memo *memo, const char *text, size_t
     tok_out o = {0};
     frags f = {0};
     memo_frag *rec = NULL;
-    if (memo && memo->words_v != v) {
-        word_memo_clear(memo->words); /* a word's ids are the vocab's */
-        memo->words_v = v;
+    if (memo && memo->v != v) { /* every id it holds is the vocab's */
+        memo_clear(memo);
+        word_memo_clear(memo->words);
+        memo->v = v;
     }
-    if (memo && (memo->v != v || memo->parse_special != parse_special))
+    if (memo && memo->parse_special != parse_special)
         memo_clear(memo);
     if (memo)
         memo->reused = 0;
@@ -538,7 +538,7 @@ int tok_encode_memo(const tok_vocab *v, tok_memo *memo, const char *text, size_t
     if (!rc && add_special && v->add_eos)
         rc = tok_out_push(&o, v->eos);
     if (!rc && rec)
-        memo_keep(memo, v, parse_special, text, len, rec, f.n, &o);
+        memo_keep(memo, parse_special, text, len, rec, f.n, &o);
     else
         free(rec);
     free(f.a);
