@@ -207,6 +207,7 @@ static inline float lm_half_at(const uint8_t *p)
 
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 {
+#pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
     for (size_t off = 0; off < n; off += 64)
         __builtin_prefetch(p + LM_PREFETCH_AHEAD + off, 0, 3);
 }

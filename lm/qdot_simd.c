@@ -482,7 +482,7 @@ AVX512 static INLINE __m512i rows16_nibble_sums(uint32_t t, const uint8_t *blk, 
         }
         w[g] = _mm512_add_epi32(_mm512_dpbusd_epi32(nlo, lo, alo), _mm512_dpbusd_epi32(nhi, hi, ahi));
     }
-    return pair_sums(pair_sums(w[0], w[1]), pair_sums(w[2], w[3]));
+    return fold_fours(w[0], w[1], w[2], w[3]);
 }
 
 /*

@@ -11,8 +11,8 @@
  * Here two loads cover 4 blocks (72 bytes), and one byte permute gathers
  * their 64 bytes of nibbles.  The token's codes were laid out once in the
  * same order (lm_act_windows: per window of 4 blocks, codes 0-15 of each,
- * then codes 16-31), so two vpdpbusd give 4 lanes per block, and three
- * rounds of pairwise sums give 16 blocks' exact sums in lanes 0-15.  Those
+ * then codes 16-31), so two vpdpbusd give 4 lanes per block, and folding
+ * them (fold_fours) gives 16 blocks' exact sums in lanes 0-15.  Those
  * take lm_dot_b32_scalar's float steps (block b into lane b % 16, then the
  * lane tree), so the result is bitwise the scalar one.  Q5_0 windows are
  * 88 bytes; their fifth bits are gathered by two more byte permutes, one
@@ -163,7 +163,7 @@ VBMI static INLINE __m512 step(uint32_t t, const uint8_t *row, const act_row *a,
         int live = m - 4 * jj;
         v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc) : _mm512_setzero_si512();
     }
-    __m512i sums = pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+    __m512i sums = fold_fours(v[0], v[1], v[2], v[3]);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
     if (m == 16)
         return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a->d + b)), _mm512_cvtepi32_ps(sums), acc);
@@ -210,8 +210,8 @@ VBMI void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t n
 
 /*
  * A few tokens through Q4_0, Q5_0 or Q8_0 rows.  With one token, the lanes
- * of a window hold 4 partial sums of a block, added up per step (three
- * rounds of pair sums); with several, that adding would be paid per token.
+ * of a window hold 4 partial sums of a block, added up per step
+ * (fold_fours); with several, that adding would be paid per token.
  * Here a step's 16 blocks are laid out once per row with lane j holding 4
  * code bytes of block j: each 128 bytes of the step hold `per` whole
  * blocks (7 of 18 bytes, 5 of 22), and a byte permute a part picks their

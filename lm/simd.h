@@ -88,6 +88,27 @@ AVX512 static INLINE __m512i pair_sums(__m512i x, __m512i y)
     return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ev, y), _mm512_permutex2var_epi32(x, od, y));
 }
 
+/*
+ * pair_sums(pair_sums(v0, v1), pair_sums(v2, v3)) for lanes within
+ * +-16383: lane 4w + i of the result sums lanes 4i..4i+3 of vw.  The one-
+ * token kernels' lanes each sum 8 products of a centred weight code (at
+ * most 16 in size) and an activation code (at most 127: x * 127 / amax
+ * rounds to no more), so they are within 8 * 16 * 127 = 16256 and every
+ * pair within 32512.  That lets two rounds of 16-bit packs (in-lane) and
+ * multiply-adds by 1 fold them, and one permute puts the blocks in order,
+ * where pair_sums takes six cross-lane permutes: one-token Q4_0 rows in L2
+ * went from 1.27 to 1.15 cycles a block.
+ */
+AVX512 static INLINE __m512i fold_fours(__m512i v0, __m512i v1, __m512i v2, __m512i v3)
+{
+    const __m512i one = _mm512_set1_epi16(1);
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i p01 = _mm512_madd_epi16(_mm512_packs_epi32(v0, v1), one); /* lanes (v0: 0+1, 2+3, v1: ...) */
+    __m512i p23 = _mm512_madd_epi16(_mm512_packs_epi32(v2, v3), one);
+    __m512i s = _mm512_madd_epi16(_mm512_packs_epi32(p01, p23), one); /* lane 4i + w: vw's lanes 4i.. */
+    return _mm512_permutexvar_epi32(order, s);
+}
+
 /* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */
 AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
 {

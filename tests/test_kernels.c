@@ -169,6 +169,54 @@ START_TEST(test_row_b32_vbmi_bitwise)
 END_TEST
 
 /*
+ * The largest block sums the one-token Q4_0 and Q5_0 kernels fold in 16
+ * bits (fold_fours): every weight code 0 (centred -8, or -16) against
+ * every activation code 127, then -127, so each lane of 8 products is
+ * -8128 or +8128 (Q4_0), -16256 or +16256 (Q5_0), through the 16-row
+ * kernel and the windowed one, against the scalar dot.
+ */
+START_TEST(test_one_token_extreme_sums)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0};
+    static uint8_t rows[16 * K * 2], act[K * 8];
+    static float x[K];
+    static qrow_buf ref;
+    for (int ti = 0; ti < 2; ti++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            uint32_t ty = types[ti];
+            size_t rb = lm_row_bytes(ty, K), bs = lm_row_bytes(ty, 32);
+            memset(rows, 0, 16 * rb);
+            for (size_t b = 0; b < 16 * rb / bs; b++)
+                memcpy(rows + b * bs, &(uint16_t){0x3c00}, 2); /* scale 1.0, codes 0 */
+            for (int i = 0; i < K; i++)
+                x[i] = (float)sign;
+            act_row ar;
+            lm_quantize_act(ty, x, act, K);
+            lm_act_layout(LM_Q8_0, K, &ar, act);
+            ck_assert_int_eq(ar.qs[0], 127 * sign);
+            qrow_init(&ref);
+            lm_qrow_decode_scalar(&ref.r, ty, rows, K);
+            float want = lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR), got[16];
+            float ideal = -(ty == LM_Q4_0 ? 8.0f : 16.0f) * K * sign; /* but for the f16 activation scale */
+            ck_assert_msg(fabsf(want - ideal) < 1e-3f * fabsf(ideal), "%s: %g, not about %g", lm_type_name(ty), want, ideal);
+            ck_assert(lm_rows16_avx512(ty, rows, rb, K, &ar, got));
+            for (int r = 0; r < 16; r++)
+                ck_assert_msg(!memcmp(&got[r], &want, 4), "%s rows16 row %d: %a vs %a", lm_type_name(ty), r,
+                              got[r], want);
+            if (!lm_cpu_vbmi())
+                continue;
+            lm_act_windows(&ar);
+            lm_rows_b32_vbmi(ty, rows, rb, 2, K, &ar, got);
+            for (int r = 0; r < 2; r++)
+                ck_assert_msg(!memcmp(&got[r], &want, 4), "%s windows row %d: %a vs %a", lm_type_name(ty), r,
+                              got[r], want);
+        }
+}
+END_TEST
+
+/*
  * K-quant rows of 1..8 super-blocks (whole groups of four and every tail)
  * through both builds of qrow_k.c (AVX-512 VNNI; with VBMI and GFNI), three
  * rows a call (outputs ldo apart), for one token, for eight and for nine
@@ -772,6 +820,7 @@ TCase *tcase_kernels(void)
     tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_fast_paths_bitwise);
     tcase_add_test(tc, test_rows16_bitwise);
+    tcase_add_test(tc, test_one_token_extreme_sums);
     tcase_add_test(tc, test_rows16_amx_bitwise);
     tcase_add_test(tc, test_row_b32_vbmi_bitwise);
     tcase_add_test(tc, test_row_k_bitwise);
