@@ -73,16 +73,23 @@ AVX512 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
     return i;
 }
 
-/* sum[j] = the sum of (double)(x * x) over row j of 8 (n floats each), in order, one row a lane. */
-AVX512 void lm_sumsq8_avx512(const float *x, int n, double sum[8])
+/* lm_sumsq, 16 elements a step: its partial sums are the lanes of lo8 and hi8. */
+AVX512 double lm_sumsq_avx512(const float *x, int n)
 {
-    const __m256i rows = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(n));
-    __m512d acc = _mm512_setzero_pd();
-    for (int i = 0; i < n; i++) {
-        __m256 v = _mm256_i32gather_ps(x + i, rows, 4);
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 live = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(live, x + i); /* lanes past n add zeros */
+        v = _mm512_mul_ps(v, v);
+        lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
     }
-    _mm512_storeu_pd(sum, acc);
+    double part[16], sum = 0.0;
+    _mm512_storeu_pd(part, lo8);
+    _mm512_storeu_pd(part + 8, hi8);
+    for (int j = 0; j < 16; j++)
+        sum += part[j];
+    return sum;
 }
 
 /* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */
@@ -478,9 +485,9 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, cons
 }
 
 #else
-void lm_sumsq8_avx512(const float *x, int n, double sum[8])
+double lm_sumsq_avx512(const float *x, int n)
 {
-    (void)x, (void)n, (void)sum; /* never called: no AVX-512 here */
+    return lm_sumsq(x, n);
 }
 
 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)

@@ -654,7 +654,8 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
-/* RMSNorm eight rows at a time (one row a lane) gives each row lm_rmsnorm's bytes. */
+/* RMSNorm of rows (the AVX-512 sums of squares where there is AVX-512) gives each row lm_rmsnorm's bytes,
+   and each sum is lm_sumsq's, for every tail length of its 16 partial sums. */
 START_TEST(test_rmsnorm_rows_bitwise)
 {
     enum { R = 19, N = 577 };
@@ -672,6 +673,12 @@ START_TEST(test_rmsnorm_rows_bitwise)
                 lm_rmsnorm(want + (size_t)r * n, x + (size_t)r * n, w, n, 1e-5f);
             ck_assert_msg(!memcmp(got, want, (size_t)rows * n * sizeof *got), "n %d rows %d", n, rows);
         }
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    for (int n = 1; n <= N; n += n < 48 ? 1 : 97) {
+        double a = lm_sumsq(x + 5, n), b = lm_sumsq_avx512(x + 5, n);
+        ck_assert_msg(!memcmp(&a, &b, sizeof a), "n %d: %a vs scalar %a", n, b, a);
+    }
 }
 END_TEST
 
