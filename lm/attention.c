@@ -143,16 +143,15 @@ static float kv_get(const lm_kv *kv, const void *base, size_t off)
                                  : lm_f16_to_f32(((const uint16_t *)base)[off]);
 }
 
-void lm_kv_store(lm_kv *kv, int il, int pos, const float *k, const float *v)
+/* The key and value of KV head kh at pos in layer il (k, v: that head's head_dim floats). */
+void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const float *v)
 {
     const int hd = kv->head_dim, hdv = kv->head_dim_v;
-    for (int kh = 0; kh < kv->n_head_kv; kh++) {
-        size_t kb = k_head(kv, il, kh), vb = v_head(kv, il, kh) + (size_t)pos * hdv;
-        for (int d = 0; d < hd; d++)
-            kv_put(kv, kv->k, kb + k_at(hd, pos, d), k[(size_t)kh * hd + d]);
-        for (int d = 0; d < hdv; d++)
-            kv_put(kv, kv->v, vb + d, v[(size_t)kh * hdv + d]);
-    }
+    size_t kb = k_head(kv, il, kh), vb = v_head(kv, il, kh) + (size_t)pos * hdv;
+    for (int d = 0; d < hd; d++)
+        kv_put(kv, kv->k, kb + k_at(hd, pos, d), k[d]);
+    for (int d = 0; d < hdv; d++)
+        kv_put(kv, kv->v, vb + d, v[d]);
 }
 
 float lm_expf(float x)

@@ -214,6 +214,61 @@ void lm_kv_free(lm_kv *kv)
 /* ---------------------------------------------------------------- steps */
 
 /*
+ * The rotations of positions pos0..pos0+n-1 in layer il.  They depend on
+ * the layer only through its sliding window (its own base), so the layers
+ * after the first mostly find them already there.
+ */
+static void rope_tables(lm_ctx *c, int il, int n, int pos0, int n_ctx)
+{
+    const lm_model *m = c->m;
+    const int swa = lm_layer_swa(m, il), half = m->hp.n_rot / 2;
+    if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_swa == swa && c->rope_ctx == n_ctx)
+        return;
+#pragma omp for schedule(static)
+    for (int t = 0; t < n; t++)
+        lm_rope_angles(m, il, pos0 + t, n_ctx, c->rope_cs + (size_t)t * half,
+                       c->rope_sn + (size_t)t * half);
+#pragma omp single /* after every thread has read the old key, above */
+    c->rope_n = n, c->rope_pos0 = pos0, c->rope_swa = swa, c->rope_ctx = n_ctx;
+}
+
+/*
+ * Token t's query heads sharing KV head kh and its key there: per-head
+ * RMSNorm (qwen3, gemma3), RoPE and q scaling; then the cache write of the
+ * key and value.  Heads are independent, so any split of this work gives
+ * the same bytes.
+ */
+static void position_head(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int t, int pos0, int kh)
+{
+    const lm_model *m = c->m;
+    const lm_hparams *hp = &m->hp;
+    const int hd = hp->head_dim, half = hp->n_rot / 2, group = hp->n_head / hp->n_head_kv;
+    float *q = c->q + (size_t)t * c->q_dim + (size_t)kh * group * hd;
+    float *k = c->k + (size_t)t * c->k_dim + (size_t)kh * hd;
+    const float *cs = c->rope_cs + (size_t)t * half, *sn = c->rope_sn + (size_t)t * half;
+    if (L->q_norm) {
+        for (int h = 0; h < group; h++)
+            lm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm->data, hd, hp->rms_eps);
+        lm_rmsnorm(k, k, L->k_norm->data, hd, hp->rms_eps);
+    }
+    lm_rope_apply(m, q, group, hd, cs, sn);
+    lm_rope_apply(m, k, 1, hd, cs, sn);
+    if (m->arch->flags & ARCH_Q_PRESCALE)
+        for (int i = 0; i < group * hd; i++)
+            q[i] *= hp->attn_scale;
+    lm_kv_store_head(kv, il, pos0 + t, kh, k, c->v + (size_t)t * c->v_dim + (size_t)kh * hp->head_dim_v);
+}
+
+/* position_head for every token and KV head, shared out among the threads. */
+static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
+{
+    const int n_kv = c->m->hp.n_head_kv;
+#pragma omp for schedule(static)
+    for (int j = 0; j < n * n_kv; j++)
+        position_head(c, kv, L, il, j / n_kv, pos0, j % n_kv);
+}
+
+/*
  * Chunks the queries of one KV head are split into: at most qmax queries
  * each, and enough chunks that every thread gets a job.  No more than
  * that: every chunk reads its head's whole cache, and a token's attention
@@ -243,7 +298,13 @@ static int chunk_start(int per_kv, int part, int chunks, int qmax)
     return r < per_kv ? r : per_kv;
 }
 
-static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
+/*
+ * positioned: whether q and the cache rows of these tokens are ready; if
+ * not, each KV head has one job (attention_chunks gave 1), which first
+ * positions its own heads: a one-token pass then spends no barrier between
+ * RoPE and attention, and the threads share the RoPE and cache writes.
+ */
+static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0, int positioned)
 {
     const lm_hparams *hp = &c->m->hp;
     /* The queries sharing a KV head (its query heads, for every token) go
@@ -266,6 +327,8 @@ static void attention(lm_ctx *c, const lm_kv *kv, int il, int n, int pos0)
         int r0 = chunk_start(per_kv, part, chunks, c->att_qmax);
         int r1 = chunk_start(per_kv, part + 1, chunks, c->att_qmax);
         lm_attq qs[LM_ATT_QMAX];
+        for (int t = 0; !positioned && t < n; t++)
+            position_head(c, kv, L, il, t, pos0, kh);
         for (int r = r0; r < r1; r++) { /* token-major: a chunk's keys end near together */
             int t = r / group, h = kh * group + r % group;
             qs[r - r0] = (lm_attq){.q = c->q + (size_t)t * c->q_dim + (size_t)h * hp->head_dim,
@@ -325,51 +388,6 @@ static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w,
                         c->m->hp.rms_eps, c->mm.isa);
 }
 
-/*
- * The rotations of positions pos0..pos0+n-1 in layer il.  They depend on
- * the layer only through its sliding window (its own base), so the layers
- * after the first mostly find them already there.
- */
-static void rope_tables(lm_ctx *c, int il, int n, int pos0, int n_ctx)
-{
-    const lm_model *m = c->m;
-    const int swa = lm_layer_swa(m, il), half = m->hp.n_rot / 2;
-    if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_swa == swa && c->rope_ctx == n_ctx)
-        return;
-#pragma omp for schedule(static)
-    for (int t = 0; t < n; t++)
-        lm_rope_angles(m, il, pos0 + t, n_ctx, c->rope_cs + (size_t)t * half,
-                       c->rope_sn + (size_t)t * half);
-#pragma omp single /* after every thread has read the old key, above */
-    c->rope_n = n, c->rope_pos0 = pos0, c->rope_swa = swa, c->rope_ctx = n_ctx;
-}
-
-/* Per-head RMSNorm (qwen3, gemma3), RoPE, q scaling, and the cache write. */
-static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
-{
-    const lm_model *m = c->m;
-    const lm_hparams *hp = &m->hp;
-    const int hd = hp->head_dim, half = hp->n_rot / 2;
-    rope_tables(c, il, n, pos0, kv->n_ctx);
-#pragma omp for schedule(static)
-    for (int t = 0; t < n; t++) {
-        float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->k_dim;
-        const float *cs = c->rope_cs + (size_t)t * half, *sn = c->rope_sn + (size_t)t * half;
-        if (L->q_norm) {
-            for (int h = 0; h < hp->n_head; h++)
-                lm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm->data, hd, hp->rms_eps);
-            for (int h = 0; h < hp->n_head_kv; h++)
-                lm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm->data, hd, hp->rms_eps);
-        }
-        lm_rope_apply(m, q, hp->n_head, hd, cs, sn);
-        lm_rope_apply(m, k, hp->n_head_kv, hd, cs, sn);
-        if (m->arch->flags & ARCH_Q_PRESCALE)
-            for (int i = 0; i < c->q_dim; i++)
-                q[i] *= hp->attn_scale;
-        lm_kv_store(kv, il, pos0 + t, k, c->v + (size_t)t * c->v_dim);
-    }
-}
-
 /* x += norm(out) or x += out, over n tokens of E features. */
 static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
 {
@@ -405,15 +423,20 @@ static void keep_rows(lm_ctx *c, int from, int n)
 static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int from)
 {
     const lm_layer *L = &c->m->layers[il];
+    const lm_hparams *hp = &c->m->hp;
     norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
-    position_qk(c, kv, L, il, n, pos0);
+    rope_tables(c, il, n, pos0, kv->n_ctx);
+    const int per_kv = hp->n_head / hp->n_head_kv * n;
+    const int fused = from == 0 && attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax) == 1;
+    if (!fused)
+        position_qk(c, kv, L, il, n, pos0);
     if (from >= n)
         return 0;
     if (from > 0)
         keep_rows(c, from, n);
     n -= from, pos0 += from;
-    attention(c, kv, il, n, pos0);
+    attention(c, kv, L, il, n, pos0, !fused);
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
     residual(c, c->proj, L->post_attn_norm, n);
     return n;
