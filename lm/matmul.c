@@ -81,12 +81,13 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     s->gfni = s->vbmi && lm_cpu_gfni();
     s->max_k = max_k;
     size_t f32 = lm_act_row_bytes(LM_F32, max_k), q8 = lm_act_row_bytes(LM_Q8_0, max_k);
-    s->act_cap = (size_t)max_tok * (f32 > q8 ? f32 : q8); /* the largest act format */
+    const int slots = max_tok > n_threads ? max_tok : n_threads; /* one token: a slot a thread */
+    s->act_cap = (size_t)slots * (f32 > q8 ? f32 : q8); /* the largest act format */
     s->act = aligned_alloc(64, s->act_cap);
     s->rows = calloc(QROWS * (size_t)n_threads, sizeof *s->rows);
     s->outs = calloc((size_t)n_threads, sizeof *s->outs);
     s->stage = calloc((size_t)n_threads, sizeof *s->stage);
-    s->acts = calloc((size_t)max_tok, sizeof *s->acts);
+    s->acts = calloc((size_t)slots, sizeof *s->acts);
     if (!s->act || !s->rows || !s->outs || !s->stage || !s->acts)
         return -1;
     for (int i = 0; i < QROWS * n_threads; i++)
@@ -252,15 +253,15 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
  * tail of blocks of its own.  Long rows stream faster one at a time.
  * Returns the first row left for the loop of rows.
  */
-static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
+static int64_t rows16_times_token(float *out, const lm_tensor *w, const act_row *acts, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || s->acts[0].windows)
+    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || acts[0].windows)
         return 0;
     const size_t rb = lm_row_bytes(w->type, k);
 #pragma omp for schedule(static) nowait
     for (int64_t g = 0; g < rows / 16; g++)
-        lm_rows16_avx512(w->type, (const uint8_t *)w->data + (size_t)g * 16 * rb, rb, k, &s->acts[0], out + g * 16);
+        lm_rows16_avx512(w->type, (const uint8_t *)w->data + (size_t)g * 16 * rb, rb, k, &acts[0], out + g * 16);
     return rows / 16 * 16;
 }
 
@@ -269,22 +270,23 @@ static int64_t rows16_times_token(float *out, const lm_tensor *w, mm_scratch *s)
  * many rows a call, when there is one for w's type and these tokens;
  * returns whether there was.
  */
-static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t0, int nt, mm_scratch *s)
+static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t0, int nt, const act_row *acts,
+                     mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)a * rb;
     float *o = out + (size_t)t0 * rows + a;
-    if (nt == 1 && s->acts[t0].windows) {
-        lm_rows_b32_vbmi(w->type, row, rb, e - a, k, &s->acts[t0], o);
+    if (nt == 1 && acts[t0].windows) {
+        lm_rows_b32_vbmi(w->type, row, rb, e - a, k, &acts[t0], o);
         return 1;
     }
-    if (s->acts[t0].lanes) {
-        lm_rows_lanes_vbmi(w->type, row, rb, e - a, k, &s->acts[t0], nt, o, (size_t)rows);
+    if (acts[t0].lanes) {
+        lm_rows_lanes_vbmi(w->type, row, rb, e - a, k, &acts[t0], nt, o, (size_t)rows);
         return 1;
     }
     return s->isa >= LM_ISA_AVX512 &&
-           (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(w->type, row, rb, e - a, k, s->acts + t0, nt, o,
+           (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(w->type, row, rb, e - a, k, acts + t0, nt, o,
                                                          (size_t)rows);
 }
 
@@ -302,13 +304,13 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  * earlier series: 50.3-51.9 against 53.5-54.4 GB/s); 6-token prompts level.
  */
 static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0, int nt,
-                              mm_scratch *s)
+                              const act_row *acts, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t row_bytes = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
     const int tid = omp_get_thread_num();
-    if (fast_rows(out, w, r0, r0, t0, nt, s)) { /* (no rows: only asks) */
+    if (fast_rows(out, w, r0, r0, t0, nt, acts, s)) { /* (no rows: only asks) */
         const int64_t left = rows - r0, most = left / (4 * (int64_t)omp_get_num_threads());
         int64_t per = (int64_t)(RUN_BYTES / row_bytes);
         per = (per < most ? per : most) / 16 * 16; /* four runs a thread at least: small matrices stay even */
@@ -317,7 +319,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
 #pragma omp for schedule(guided) nowait
         for (int64_t u = 0; u < runs; u++) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
-            fast_rows(out, w, a, e, t0, nt, s);
+            fast_rows(out, w, a, e, t0, nt, acts, s);
         }
         return;
     }
@@ -326,7 +328,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
 #pragma omp for schedule(static) nowait
     for (int64_t i = r0; i < rows; i++) {
         const uint8_t *row = base + (size_t)i * row_bytes;
-        if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, s->acts + t0, nt, tmp, r)) {
+        if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
@@ -334,7 +336,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         lm_prefetch_ahead(row, row_bytes); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         for (int t = 0; t < nt; t++)
-            out[(size_t)(t0 + t) * rows + i] = lm_qrow_dot(r, &s->acts[t0 + t], s->isa);
+            out[(size_t)(t0 + t) * rows + i] = lm_qrow_dot(r, &acts[t0 + t], s->isa);
     }
 }
 
@@ -351,30 +353,54 @@ static int acts_fit(const lm_tensor *a, const lm_tensor *b)
            lm_code_offset(a->type) == lm_code_offset(b->type);
 }
 
-/* x rounded to w's vec_dot_type, token by token, and laid out in groups of 16 when grouped. */
-static void round_acts(const lm_tensor *w, const float *x, int n_tok, int grouped, mm_scratch *s)
+/* Token t's row x rounded to w's vec_dot_type into act slot `slot`, laid out for the kernel that takes it. */
+static void round_token(const lm_tensor *w, const float *x, int n_tok, int grouped, int slot, mm_scratch *s)
 {
     const int64_t k = w->ne[0];
     const int atype = lm_act_type(w->type);
-    const size_t act_bytes = lm_act_row_bytes(atype, k);
-#pragma omp for schedule(static)
-    for (int t = 0; t < n_tok; t++) {
-        if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k))
-            lm_quantize_act(w->type, x + (size_t)t * k, s->act + (size_t)t * act_bytes, k);
-        lm_act_layout(atype, k, &s->acts[t], s->act + (size_t)t * act_bytes);
-        if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
-            lm_act_windows(&s->acts[t]);
-        else if (!grouped && lanes_type(w, s))
-            lm_act_lanes(&s->acts[t]);
-        else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
-            lm_act_nibbles(&s->acts[t]); /* codes as the row's nibbles lie (qrow_k.c) */
+    uint8_t *dst = s->act + (size_t)slot * lm_act_row_bytes(atype, k);
+    act_row *a = &s->acts[slot];
+    if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x, dst, k))
+        lm_quantize_act(w->type, x, dst, k);
+    lm_act_layout(atype, k, a, dst);
+    if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
+        lm_act_windows(a);
+    else if (!grouped && lanes_type(w, s))
+        lm_act_lanes(a);
+    else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
+        lm_act_nibbles(a); /* codes as the row's nibbles lie (qrow_k.c) */
+}
+
+/*
+ * x rounded to w's vec_dot_type, token by token, and laid out in groups of
+ * 16 when grouped.  One token is rounded by every thread into a slot of
+ * its own (acts_for): no thread waits at a barrier while another rounds,
+ * and a thread may round for the next matrix while the other still reads
+ * its slot for this one (tinyllama generating: four barriers a layer).
+ */
+static void round_acts(const lm_tensor *w, const float *x, int n_tok, int grouped, mm_scratch *s)
+{
+    const int64_t k = w->ne[0];
+    if (n_tok == 1) {
+        round_token(w, x, 1, grouped, omp_get_thread_num(), s);
+        return;
     }
+#pragma omp for schedule(static)
+    for (int t = 0; t < n_tok; t++)
+        round_token(w, x + (size_t)t * k, n_tok, grouped, t, s);
     if (grouped) {
+        const int atype = lm_act_type(w->type);
 #pragma omp for schedule(static)
         for (int g = 0; g < (n_tok + 15) / 16; g++)
             lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
                             s->amx, s->isa, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
     }
+}
+
+/* The rounded activations of token 0 as this thread reads them (round_acts). */
+static const act_row *acts_for(const mm_scratch *s, int n_tok)
+{
+    return n_tok == 1 ? &s->acts[omp_get_thread_num()] : s->acts;
 }
 
 /* w times the rounded activations, by the threads of the enclosing region (outputs only). */
@@ -386,13 +412,14 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */
-    int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, s) : 0;
+    const act_row *acts = acts_for(s, n_tok);
+    int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, acts, s) : 0;
     for (int t0 = 0; t0 < n_tok; t0 += block) {
         int nb = n_tok - t0 < block ? n_tok - t0 : block;
         int64_t first = tiles ? rows16_times_groups(out, w, t0, nb, s)
                         : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
                                   : r0;
-        rows_times_tokens(out, w, first, t0, nb, s);
+        rows_times_tokens(out, w, first, t0, nb, acts, s);
     }
 }
 
@@ -425,7 +452,7 @@ static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, 
     for (int j = 0; j < nw; j++) {
         const int grouped = is_grouped(ws[j], n_tok, s);
         if (j == 0 || !acts_fit(ws[j - 1], ws[j])) {
-            if (j > 0) { /* the last matrix's kernels may still read the activations */
+            if (j > 0 && n_tok > 1) { /* the last matrix's kernels may still read the activations */
 #pragma omp barrier
             }
             round_acts(ws[j], x, n_tok, grouped, s);
