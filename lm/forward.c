@@ -388,18 +388,26 @@ static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w,
                         c->m->hp.rms_eps, c->mm.isa);
 }
 
-/* x += norm(out) or x += out, over n tokens of E features. */
-static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, int n)
+/*
+ * x += norm(out) or x += out, over n tokens of E features; then, with
+ * next, xb = RMSNorm(x) * next for the step that follows (the FFN, the
+ * next layer's attention).  A token's steps run in one loop, so a
+ * one-token pass waits at one barrier here instead of two or three.
+ */
+static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm_tensor *next, int n)
 {
-    const int E = c->m->hp.n_embd;
-    if (post_norm) /* in place: a row's sum is taken before it is written */
-        norm_rows(c, out, out, post_norm, n);
+    const lm_hparams *hp = &c->m->hp;
+    const int E = hp->n_embd;
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
+        if (post_norm) /* in place: a row's sum is taken before it is written */
+            lm_rmsnorm_rows(o, o, post_norm->data, 1, E, hp->rms_eps, c->mm.isa);
 #pragma omp simd
         for (int i = 0; i < E; i++)
             x[i] += o[i];
+        if (next)
+            lm_rmsnorm_rows(c->xb + (size_t)t * E, x, next->data, 1, E, hp->rms_eps, c->mm.isa);
     }
 }
 
@@ -424,7 +432,8 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
 {
     const lm_layer *L = &c->m->layers[il];
     const lm_hparams *hp = &c->m->hp;
-    norm_rows(c, c->xb, c->x, L->attn_norm, n);
+    if (il == 0) /* later layers find xb normed by the last one's residual */
+        norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     rope_tables(c, il, n, pos0, kv->n_ctx);
     const int per_kv = hp->n_head / hp->n_head_kv * n;
@@ -438,7 +447,7 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
     n -= from, pos0 += from;
     attention(c, kv, L, il, n, pos0, !fused);
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
-    residual(c, c->proj, L->post_attn_norm, n);
+    residual(c, c->proj, L->post_attn_norm, L->ffn_norm, n);
     return n;
 }
 
@@ -460,9 +469,16 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
         }
     }
     if (!gelu) {
+        /* element by element: one token's features are shared out among the threads */
+        const int parts = n == 1 ? omp_get_num_threads() : 1;
 #pragma omp for schedule(static)
-        for (int t = 0; t < n; t++)
-            lm_silu_mul(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, (size_t)F, c->mm.isa);
+        for (int j = 0; j < n * parts; j++) {
+            const size_t t = (size_t)(j / parts), f = (size_t)F;
+            const int p = j % parts;
+            size_t a = f * (size_t)p / (size_t)parts & ~(size_t)15;
+            size_t b = p + 1 == parts ? f : f * (size_t)(p + 1) / (size_t)parts & ~(size_t)15;
+            lm_silu_mul(c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
+        }
         return;
     }
 #pragma omp for schedule(static)
@@ -473,10 +489,10 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
 static void ffn_block(lm_ctx *c, int il, int n)
 {
     const lm_layer *L = &c->m->layers[il];
-    norm_rows(c, c->xb, c->x, L->ffn_norm, n);
-    gated_ffn(c, L, n);
+    const lm_layer *next = il + 1 < c->m->hp.n_layer ? L + 1 : NULL;
+    gated_ffn(c, L, n); /* on xb, normed by the attention's residual */
     lm_matmul(c->proj, L->w_down, c->hb, n, &c->mm);
-    residual(c, c->proj, L->post_ffn_norm, n);
+    residual(c, c->proj, L->post_ffn_norm, next ? next->attn_norm : NULL, n);
 }
 
 /* Score rows for n_ctx keys: as many queries at once as 4 MiB a thread holds (1..LM_ATT_QMAX). */
@@ -543,10 +559,16 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
     int halt = 0;
     /* One region for the whole pass: its steps share the threads through
        worksharing loops and barriers, cheaper than a fork and join a step. */
+    if (n == 1 && stop && *stop) { /* a token is short: asked before it, not between its layers */
+        lm_seterr(e, "interrupted");
+        return -1;
+    }
 #pragma omp parallel num_threads(c->n_threads)
     for (int il = 0; il < c->m->hp.n_layer; il++) {
+        if (n > 1) {
 #pragma omp single /* every thread sees the same answer */
-        halt = stop && *stop;
+            halt = stop && *stop;
+        }
         if (halt)
             break;
         const int last = il + 1 == c->m->hp.n_layer; /* only wanted rows past its cache write */
