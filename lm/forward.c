@@ -556,13 +556,13 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
 {
     if (embed(c, tokens, n, e))
         return -1;
-    int halt = 0;
-    /* One region for the whole pass: its steps share the threads through
-       worksharing loops and barriers, cheaper than a fork and join a step. */
     if (n == 1 && stop && *stop) { /* a token is short: asked before it, not between its layers */
         lm_seterr(e, "interrupted");
         return -1;
     }
+    int halt = 0;
+    /* One region for the whole pass: its steps share the threads through
+       worksharing loops and barriers, cheaper than a fork and join a step. */
 #pragma omp parallel num_threads(c->n_threads)
     for (int il = 0; il < c->m->hp.n_layer; il++) {
         if (n > 1) {
