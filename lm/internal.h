@@ -189,13 +189,15 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * Q4_0 generated 15 tokens/s without this and 34 with it).  So the kernels
  * request the n bytes LM_PREFETCH_AHEAD beyond those they are about to
  * read, a cache line at a time: a thread's run of rows is contiguous, so
- * that is what it reads a few rows later.  4 KiB ahead, into L1 (the T0
- * hint): on the Zen 5 that came out best (tinyllama Q4_0, 2 threads,
- * when the machine reads 63-70 GB/s: 42-47 GB/s with 8 KiB into L2, 49-55
- * with this; 87% and 92-95% of it at 47-50 GB/s), while the Xeon of earlier
- * sessions liked 8 KiB into L2 better (47-48 tokens/s against 44-47).
+ * that is what it reads a few rows later.  6 KiB ahead, into L1 (the T0
+ * hint): on the Zen 5, tinyllama Q4_0 with 2 threads, alternated over
+ * five minutes, when the machine reads 65-77 GB/s: 52.6 GB/s with 4 KiB,
+ * 56.0 with 6 KiB (62.1 against 60.5 and 57.3 with 7 and 8 KiB in
+ * another series), level at 44-50 GB/s; 8 KiB into L2 had been 42-47
+ * against 49-55 for 4 KiB into L1.  The Xeon of earlier sessions liked 8
+ * KiB into L2 better (47-48 tokens/s against 44-47).
  */
-#define LM_PREFETCH_AHEAD 4096
+#define LM_PREFETCH_AHEAD 6144
 
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
