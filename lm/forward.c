@@ -378,14 +378,13 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
     add_bias(c->v, L->bv, n, c->v_dim);
 }
 
-/* out = RMSNorm(x) * w for n tokens, eight at a time (lm_rmsnorm_rows). */
+/* out = RMSNorm(x) * w for n tokens, a token a step (rows no longer share lanes). */
 static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w, int n)
 {
     const int E = c->m->hp.n_embd;
 #pragma omp for schedule(static)
-    for (int t = 0; t < n; t += 8)
-        lm_rmsnorm_rows(out + (size_t)t * E, x + (size_t)t * E, w->data, n - t < 8 ? n - t : 8, E,
-                        c->m->hp.rms_eps, c->mm.isa);
+    for (int t = 0; t < n; t++)
+        lm_rmsnorm_rows(out + (size_t)t * E, x + (size_t)t * E, w->data, 1, E, c->m->hp.rms_eps, c->mm.isa);
 }
 
 /*
