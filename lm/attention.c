@@ -36,6 +36,12 @@ double lm_sumsq(const float *x, int n)
     double part[16] = {0};
     for (int i = 0; i < n; i++)
         part[i % 16] += (double)(x[i] * x[i]);
+    return lm_sum_parts16(part);
+}
+
+/* 16 partial sums added in order: how the scalar and vector paths of sumsq and softmax end alike. */
+double lm_sum_parts16(const double part[16])
+{
     double sum = 0.0;
     for (int j = 0; j < 16; j++)
         sum += part[j];
@@ -209,10 +215,7 @@ float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, doubl
         scores[j] = lm_expf(scores[j] - mx);
         part[(j - lo) % 16] += scores[j];
     }
-    double sum = 0.0;
-    for (int i = 0; i < 16; i++)
-        sum += part[i];
-    return (float)(1.0 / sum);
+    return (float)(1.0 / lm_sum_parts16(part));
 }
 
 /*

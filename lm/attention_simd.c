@@ -84,12 +84,10 @@ AVX512 double lm_sumsq_avx512(const float *x, int n)
         lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
         hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
     }
-    double part[16], sum = 0.0;
+    double part[16];
     _mm512_storeu_pd(part, lo8);
     _mm512_storeu_pd(part + 8, hi8);
-    for (int j = 0; j < 16; j++)
-        sum += part[j];
-    return sum;
+    return lm_sum_parts16(part);
 }
 
 /* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */

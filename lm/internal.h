@@ -251,6 +251,7 @@ void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps, int isa);
 double lm_sumsq(const float *x, int n);
+double lm_sum_parts16(const double part[16]);
 double lm_sumsq_avx512(const float *x, int n); /* lm_sumsq's bytes */
 void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const float *v);
 /* One query head of a group sharing a KV head: keys lo..pos of the cache. */
