@@ -284,6 +284,13 @@ static int attention_chunks(int per_kv, int n_kv, int n_threads, int qmax)
     return chunks;
 }
 
+/* Chunks of each KV head's queries when n tokens attend (attention_chunks for this model and context). */
+static int head_chunks(const lm_ctx *c, int n)
+{
+    const lm_hparams *hp = &c->m->hp;
+    return attention_chunks(hp->n_head / hp->n_head_kv * n, hp->n_head_kv, c->n_threads, c->att_qmax);
+}
+
 /* Where chunk part of a KV head's per_kv queries begins.  Chunks of four or
    more start at a multiple of 4: the kernel takes queries four at a time,
    and a lone leftover query runs at half speed (its sums are too few to
@@ -300,7 +307,7 @@ static int chunk_start(int per_kv, int part, int chunks, int qmax)
 
 /*
  * positioned: whether q and the cache rows of these tokens are ready; if
- * not, each KV head has one job (attention_chunks gave 1), which first
+ * not, each KV head has one job (head_chunks gave 1), which first
  * positions its own heads: a one-token pass then spends no barrier between
  * RoPE and attention, and the threads share the RoPE and cache writes.
  */
@@ -317,8 +324,7 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
        take different KV heads: threads that start together then stream
        different rows from memory (one core's stream is what bounds a cache
        that is not in L3), and a head's second chunk finds them in L3. */
-    const int group = hp->n_head / hp->n_head_kv, per_kv = group * n;
-    const int chunks = attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax);
+    const int group = hp->n_head / hp->n_head_kv, per_kv = group * n, chunks = head_chunks(c, n);
     const int jobs = hp->n_head_kv * chunks, by_head = chunks > 2;
 #pragma omp for schedule(dynamic)
     for (int job = 0; job < jobs; job++) {
@@ -430,13 +436,11 @@ static void keep_rows(lm_ctx *c, int from, int n)
 static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int from)
 {
     const lm_layer *L = &c->m->layers[il];
-    const lm_hparams *hp = &c->m->hp;
     if (il == 0) /* later layers find xb normed by the last one's residual */
         norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     rope_tables(c, il, n, pos0, kv->n_ctx);
-    const int per_kv = hp->n_head / hp->n_head_kv * n;
-    const int fused = from == 0 && attention_chunks(per_kv, hp->n_head_kv, c->n_threads, c->att_qmax) == 1;
+    const int fused = from == 0 && head_chunks(c, n) == 1;
     if (!fused)
         position_qk(c, kv, L, il, n, pos0);
     if (from >= n)
