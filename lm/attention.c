@@ -53,14 +53,10 @@ void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
     rmsnorm_apply(out, x, w, n, lm_sumsq(x, n), eps);
 }
 
-/* RMSNorm of rows rows of n features (x and out rows n apart). */
-void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps, int isa)
+/* lm_rmsnorm with the sum of squares in vectors where the CPU has AVX-512 (the same bytes). */
+void lm_rmsnorm_isa(float *out, const float *x, const float *w, int n, float eps, int isa)
 {
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        double sum = isa >= LM_ISA_AVX512 ? lm_sumsq_avx512(xr, n) : lm_sumsq(xr, n);
-        rmsnorm_apply(out + (size_t)r * n, xr, w, n, sum, eps);
-    }
+    rmsnorm_apply(out, x, w, n, isa >= LM_ISA_AVX512 ? lm_sumsq_avx512(x, n) : lm_sumsq(x, n), eps);
 }
 
 /* The frequency divisors of layer il: Llama-3 rope_freqs or LongRoPE factors. */

@@ -384,13 +384,13 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
     add_bias(c->v, L->bv, n, c->v_dim);
 }
 
-/* out = RMSNorm(x) * w for n tokens, a token a step (rows no longer share lanes). */
+/* out = RMSNorm(x) * w for n tokens, a token a step. */
 static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w, int n)
 {
     const int E = c->m->hp.n_embd;
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++)
-        lm_rmsnorm_rows(out + (size_t)t * E, x + (size_t)t * E, w->data, 1, E, c->m->hp.rms_eps, c->mm.isa);
+        lm_rmsnorm_isa(out + (size_t)t * E, x + (size_t)t * E, w->data, E, c->m->hp.rms_eps, c->mm.isa);
 }
 
 /*
@@ -407,12 +407,12 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm) /* in place: a row's sum is taken before it is written */
-            lm_rmsnorm_rows(o, o, post_norm->data, 1, E, hp->rms_eps, c->mm.isa);
+            lm_rmsnorm_isa(o, o, post_norm->data, E, hp->rms_eps, c->mm.isa);
 #pragma omp simd
         for (int i = 0; i < E; i++)
             x[i] += o[i];
         if (next)
-            lm_rmsnorm_rows(c->xb + (size_t)t * E, x, next->data, 1, E, hp->rms_eps, c->mm.isa);
+            lm_rmsnorm_isa(c->xb + (size_t)t * E, x, next->data, E, hp->rms_eps, c->mm.isa);
     }
 }
 

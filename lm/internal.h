@@ -249,7 +249,7 @@ void lm_rope_angles(const lm_model *m, int il, int pos, int n_ctx, float *cs, fl
 void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const float *cs,
                    const float *sn);
 void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-void lm_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps, int isa);
+void lm_rmsnorm_isa(float *out, const float *x, const float *w, int n, float eps, int isa);
 double lm_sumsq(const float *x, int n);
 double lm_sum_parts16(const double part[16]);
 double lm_sumsq_avx512(const float *x, int n); /* lm_sumsq's bytes */
