@@ -77,6 +77,9 @@ typedef void (*lm_k_codes_fn)(uint32_t type, const uint8_t *blk, uint8_t *u); /*
 void lm_qrow_decode_k_with(qrow *r, uint32_t type, const uint8_t *src, int64_t k, lm_k_codes_fn codes);
 float lm_hsum16(const float *a);
 float lm_k_mins(const qrow *w, const act_row *a, int64_t b);
+/* K-quant dots keep super-block b's terms in lane b % LM_K_LANES, added at the end by lm_k_total */
+#define LM_K_LANES 4
+float lm_k_total(const float *acc, const float *mins);
 float lm_dot_b32_scalar(const qrow *w, const act_row *a);
 float lm_dot_k_scalar(const qrow *w, const act_row *a);
 float lm_dot_f_scalar(const float *x, const float *y, int64_t n);

@@ -177,12 +177,12 @@ NEON_DOT float lm_dot_b32_neon(const qrow *w, const act_row *a)
 
 /*
  * 256-element super-blocks: each 4 codes' sum times its group scale, summed
- * exactly, then lm_dot_k_scalar's one multiply-add per super-block.
+ * exactly, then lm_dot_k_scalar's one multiply-add per super-block into its lane.
  */
 NEON_DOT float lm_dot_k_neon(const qrow *w, const act_row *a)
 {
     const uint8x16_t off = vdupq_n_u8((uint8_t)lm_code_offset(w->type));
-    float acc = 0.0f, mins = 0.0f;
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
     for (int64_t b = 0; b < w->k / 256; b++) {
         int32x4_t sum = vdupq_n_s32(0);
         for (int64_t e = b * 256; e < (b + 1) * 256; e += 16) {
@@ -190,10 +190,10 @@ NEON_DOT float lm_dot_k_neon(const qrow *w, const act_row *a)
             int32x4_t fours = vdotq_s32(vdupq_n_s32(0), q, vld1q_s8(a->qs + e));
             sum = vmlaq_s32(sum, vld1q_s32(w->sc4 + e / 4), fours);
         }
-        acc = fmaf(w->d[b] * a->d[b], (float)vaddvq_s32(sum), acc);
-        mins += lm_k_mins(w, a, b);
+        acc[b % LM_K_LANES] = fmaf(w->d[b] * a->d[b], (float)vaddvq_s32(sum), acc[b % LM_K_LANES]);
+        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
     }
-    return acc - mins;
+    return lm_k_total(acc, mins);
 }
 
 /* Float rows: element i into lane i % 16, fused, then the fixed tree. */

@@ -242,7 +242,7 @@ AVX512 float lm_dot_b32_avx512(const qrow *w, const act_row *a)
 AVX512 float lm_dot_k_avx512(const qrow *w, const act_row *a)
 {
     const __m512i off = _mm512_set1_epi8((char)lm_code_offset(w->type));
-    float acc = 0.0f, mins = 0.0f;
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
     for (int64_t b = 0; b < w->k / 256; b++) {
         __m512i sum = _mm512_setzero_si512();
         for (int z = 0; z < 4; z++) {
@@ -251,10 +251,11 @@ AVX512 float lm_dot_k_avx512(const qrow *w, const act_row *a)
             __m512i v = lanes64(seed64(q), q, a->qs + e);
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_loadu_si512(w->sc4 + e / 4), v));
         }
-        acc = __builtin_fmaf(w->d[b] * a->d[b], (float)_mm512_reduce_add_epi32(sum), acc);
-        mins += lm_k_mins(w, a, b);
+        acc[b % LM_K_LANES] = __builtin_fmaf(w->d[b] * a->d[b], (float)_mm512_reduce_add_epi32(sum),
+                                             acc[b % LM_K_LANES]);
+        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
     }
-    return acc - mins;
+    return lm_k_total(acc, mins);
 }
 
 AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)

@@ -241,18 +241,18 @@ AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int6
  * word is loaded once for both rows and each weight word broadcast once for
  * all groups.  The activations of four groups outgrow L1, so sharing their
  * loads between two rows halves what comes from L2, which bounds the kernel.
- * span: codes that share one scale.
+ * span: codes that share one scale.  Super-block b goes into lane b % 4 of
+ * lm_dot_k_scalar's sums, kept in memory: four lanes of every row and
+ * group would not fit the registers, and taking the blocks lane by lane
+ * (b = l, l + 4, ...) cost more, as its reads of the groups go 16 KiB apart.
  */
 AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup *const *g, int ng, int span,
                                       int has_mins, float *const *out)
 {
-    __m512 acc[2][4], mins[2][4];
-    _Pragma("GCC unroll 2")
-    for (int i = 0; i < nr; i++)
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++)
-            acc[i][j] = _mm512_setzero_ps(), mins[i][j] = _mm512_setzero_ps();
+    __m512 lanes[LM_K_LANES][2][2][4]; /* [lane][sums, mins][row][group] */
+    memset(lanes, 0, sizeof lanes);
     for (int64_t b = 0; b < r[0]->k / QK_K; b++) {
+        __m512(*acc)[4] = lanes[b % LM_K_LANES][0], (*mins)[4] = lanes[b % LM_K_LANES][1];
         __m512i isum[2][4];
         _Pragma("GCC unroll 2")
         for (int i = 0; i < nr; i++)
@@ -311,8 +311,13 @@ AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup
     _Pragma("GCC unroll 2")
     for (int i = 0; i < nr; i++)
         _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++)
-            _mm512_storeu_ps(out[i] + 16 * j, _mm512_sub_ps(acc[i][j], mins[i][j]));
+        for (int j = 0; j < ng; j++) { /* lm_k_total's tree */
+            __m512 s[2];
+            for (int h = 0; h < 2; h++)
+                s[h] = _mm512_add_ps(_mm512_add_ps(lanes[0][h][i][j], lanes[1][h][i][j]),
+                                     _mm512_add_ps(lanes[2][h][i][j], lanes[3][h][i][j]));
+            _mm512_storeu_ps(out[i] + 16 * j, _mm512_sub_ps(s[0], s[1]));
+        }
 }
 
 /*

@@ -466,16 +466,19 @@ AMX static void super_scale(const rows16 *r, const tgroup *g, int64_t b, const _
  * K-quant rows (256-element super-blocks), from their scaled codes: per
  * super-block, 4 steps of 64 codes multiply the low bytes into one tile and
  * the high bytes into another, so the tiles end holding the exact sum of
- * scale * code * token code; then qgemm.c's float steps for the super-block.
+ * scale * code * token code; then qgemm.c's float steps for the super-block,
+ * into the sums and mins of its lane (b % 4, lm_dot_k_scalar's).
  * Tiles (configured for 64 codes): C 0 and 3; A 1, 4 and 6, 7; B 2 and 5.
  */
+_Static_assert(LM_K_LANES * 512 + 512 <= LM_AMX_SCRATCH, "the K kernel's lane sums and tiles fit the scratch");
+
 AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float *out,
                               size_t ldo, int n, float *scratch)
 {
     const long st = (long)r->stride;
-    float *acc = scratch;                        /* [2][16 rows][16 tokens]: sums, mins */
-    int32_t *lo = (int32_t *)(scratch + 2 * 256), *hi = lo + 256; /* [16 rows][16 tokens] */
-    memset(acc, 0, 2 * 256 * sizeof *acc);
+    float *acc = scratch; /* [4 lanes][2][16 rows][16 tokens]: sums, mins */
+    int32_t *lo = (int32_t *)(scratch + LM_K_LANES * 512), *hi = lo + 256; /* [16 rows][16 tokens] */
+    memset(acc, 0, LM_K_LANES * 512 * sizeof *acc);
     for (int64_t b = 0; b < r->k / 256; b++) {
         _tile_zero(0);
         _tile_zero(3);
@@ -497,11 +500,17 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
         for (int m = 0; m < 16; m++)
             isum[m] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi + 16 * m), 7),
                                        _mm512_load_si512(lo + 16 * m));
-        super_scale(r, g, b, isum, has_mins, acc);
+        super_scale(r, g, b, isum, has_mins, acc + (b % LM_K_LANES) * 512);
     }
     __m512 rows[16];
-    for (int m = 0; m < 16; m++)
-        rows[m] = _mm512_sub_ps(_mm512_load_ps(acc + 16 * m), _mm512_load_ps(acc + 256 + 16 * m));
+    for (int m = 0; m < 16; m++) { /* lm_k_total's tree */
+        const float *a = acc + 16 * m, *n = a + 256;
+        __m512 sums = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(a), _mm512_load_ps(a + 512)),
+                                    _mm512_add_ps(_mm512_load_ps(a + 1024), _mm512_load_ps(a + 1536)));
+        __m512 less = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(n), _mm512_load_ps(n + 512)),
+                                    _mm512_add_ps(_mm512_load_ps(n + 1024), _mm512_load_ps(n + 1536)));
+        rows[m] = _mm512_sub_ps(sums, less);
+    }
     store_rows_by_token(rows, out, ldo, n);
     return 1;
 }

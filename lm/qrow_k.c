@@ -13,8 +13,8 @@
  * are laid out in the order the Q4_K/Q5_K nibbles come (lm_act_nibbles),
  * so the codes need no permute, and rows go through in runs of about
  * 64 KiB a call.  Integer sums are exact, so their order is free; the
- * float steps are lm_dot_k_scalar's, block by block, so the result is
- * bitwise the same.
+ * float steps are lm_dot_k_scalar's, block b's in lane b % 4, so a quad's
+ * four steps are one vector multiply-add and the result is bitwise the same.
  *
  * The file is compiled twice.  Alone it gives lm_rows_k_avx512 (AVX-512
  * with VNNI) and the batch paths' decoders; qrow_k_gfni.c includes it with
@@ -280,10 +280,11 @@ KQ static INLINE __m512i block_sums(uint32_t t, const __m512i c[4], const __m512
 
 /*
  * The m blocks' sums (y[i]) and mins (mn: blocks 0-1, 2-3) of one token
- * added in one tree, then lm_dot_k_scalar's float steps block by block.
+ * added in one tree, then lm_dot_k_scalar's float steps, block i of the quad
+ * in lane i (acc: lane 2i its sums, 2i + 1 its mins).
  */
 KQ static INLINE void quad_steps(uint32_t t, const __m512i y[4], const __m512i mn[2], const kquad *q,
-                                 const act_row *a, int64_t b, int m, float *acc, float *mins)
+                                 const act_row *a, int64_t b, int m, __m256 *acc)
 {
     __m512i ms[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     if (t != LM_Q6_K) { /* min times sum of 16 codes, the sums masked to the m blocks */
@@ -305,20 +306,14 @@ KQ static INLINE void quad_steps(uint32_t t, const __m512i y[4], const __m512i m
     __m128 ad4 = _mm_maskz_loadu_ps((__mmask8)((1u << m) - 1), a->d + b);
     __m256 ad = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_castps128_ps256(ad4));
     __m256 p = _mm256_mul_ps(q->dd, ad); /* d * d8 and dmin * d8 */
-    float pv[8], fv[8], mv[8]; /* through memory: scalar loads spare the shuffle ports */
-    _mm256_storeu_ps(pv, p);
-    _mm256_storeu_ps(fv, f);
-    _mm256_storeu_ps(mv, _mm256_mul_ps(p, f));
-    for (int i = 0; i < m; i++) {
-        *acc = __builtin_fmaf(pv[2 * i], fv[2 * i], *acc);
-        if (t != LM_Q6_K) /* Q6_K's min term is +0 */
-            *mins += mv[2 * i + 1];
-    }
+    const __mmask8 live = (__mmask8)((1u << 2 * m) - 1); /* blocks past the row's end take no step */
+    *acc = _mm256_mask3_fmadd_ps(p, f, *acc, live & 0x55);
+    *acc = _mm256_mask_add_ps(*acc, live & 0xaa, *acc, _mm256_mul_ps(p, f));
 }
 
 /* Super-blocks b..b+m-1 (m <= 4) for n tokens. */
 KQ static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
-                           int nib, float *acc, float *mins)
+                           int nib, __m256 *acc)
 {
     const uint8_t *blk = row + (size_t)b * bs;
     kquad q;
@@ -340,22 +335,27 @@ KQ static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b,
             y[j][i] = block_sums(t, c, sp, &a[j], b + i, nib);
     }
     for (int j = 0; j < n; j++)
-        quad_steps(t, y[j], mn, &q, &a[j], b, m, &acc[j], &mins[j]);
+        quad_steps(t, y[j], mn, &q, &a[j], b, m, &acc[j]);
 }
 
 /* n (1..LM_ROW_K_TOKENS) tokens through a row, each super-block decoded once for all: out[ldo * j]. */
 KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k, const act_row *a, int n,
                             int nib, float *out, size_t ldo)
 {
-    float acc[LM_ROW_K_TOKENS] = {0}, mins[LM_ROW_K_TOKENS] = {0};
+    __m256 acc[LM_ROW_K_TOKENS]; /* lane 2i: the sums of blocks b = i mod 4, 2i + 1: their mins */
+    for (int j = 0; j < n; j++)
+        acc[j] = _mm256_setzero_ps();
     const int64_t nb = k / 256;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4)
-        quad(t, bs, row, b, 4, a, n, nib, acc, mins);
+        quad(t, bs, row, b, 4, a, n, nib, acc);
     if (b < nb)
-        quad(t, bs, row, b, (int)(nb - b), a, n, nib, acc, mins);
-    for (int j = 0; j < n; j++)
-        out[(size_t)j * ldo] = acc[j] - mins[j];
+        quad(t, bs, row, b, (int)(nb - b), a, n, nib, acc);
+    for (int j = 0; j < n; j++) {
+        float l[8]; /* the four lanes' sums, then their mins */
+        _mm256_storeu_ps(l, _mm256_permutexvar_ps(_mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7), acc[j]));
+        out[(size_t)j * ldo] = lm_k_total(l, l + 4);
+    }
 }
 
 /* The row's type as a constant, and one token apart: generation's case, kept in registers. */

@@ -45,10 +45,10 @@ void qrow_init(qrow_buf *b)
     b->r = (qrow){0, 0, b->f, b->u, b->sc4, b->mn, b->d, b->m, b->s8, b->corr16};
 }
 
-void test_row(uint32_t ty, uint8_t *row, uint64_t *seed)
+void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed)
 {
-    random_row(ty, row, lm_row_bytes(ty, K), seed);
+    random_row(ty, row, lm_row_bytes(ty, k), seed);
     if (ty == LM_F32)
-        for (int i = 0; i < K; i++)
+        for (int i = 0; i < k; i++)
             ((float *)row)[i] = (float)(i % 17 - 8) * 0.125f;
 }

@@ -30,7 +30,7 @@ void put_half(uint8_t *p, float f);
 /* Random bytes made valid blocks of type: scales small and finite. */
 void random_row(uint32_t type, uint8_t *b, size_t n, uint64_t *seed);
 void qrow_init(qrow_buf *b);
-/* A random row of K elements (F32 rows: a fixed ramp). */
-void test_row(uint32_t ty, uint8_t *row, uint64_t *seed);
+/* A random row of k elements (F32 rows: a fixed ramp). */
+void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed);
 
 #endif

@@ -20,7 +20,7 @@
  */
 static void check_token_groups(qrow *r, const act_row *ar, const float *want)
 {
-    static uint8_t mem[2][K * 32 + 4096] __attribute__((aligned(64)));
+    static uint8_t mem[2][KMAX * 32 + 4096] __attribute__((aligned(64)));
     static float d2[3][KMAX / 32], m2[3][KMAX / 32];
     ck_assert_uint_le(lm_tgroup_bytes(r->k), sizeof mem[0]);
     tgroup ga, gb;
@@ -557,19 +557,22 @@ START_TEST(test_fast_paths_bitwise)
     if (isa == LM_ISA_SCALAR)
         return;
     uint64_t seed = 7;
-    static float x[8][K];
-    static uint8_t row[K * 4], act[8][K * 8];
+    static float x[8][KMAX];
+    static uint8_t row[KMAX * 4], act[8][KMAX * 8];
     static qrow_buf ref, fast;
+    /* 24 and 23 blocks; 7 super-blocks, past K-quants' four lanes (56 blocks) */
+    static const int widths[] = {K, K - 32, KMAX - 256};
     for (int t = 0; t < 8; t++)
-        for (int i = 0; i < K; i++)
+        for (int i = 0; i < KMAX; i++)
             x[t][i] = cosf((float)(i * (t + 1)) * 0.11f) * (1.0f + (float)((i + t) % 7));
     for (size_t ti = 0; ti < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; ti++) {
         uint32_t ty = ALL_TYPES[ti];
         int at = lm_act_type(ty);
-        for (int k = K; k >= K - 32; k -= 32) {
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            int k = widths[wi];
             if (k % lm_type_block(ty))
                 continue;
-            test_row(ty, row, &seed);
+            test_row(ty, row, k, &seed);
             qrow_init(&ref);
             qrow_init(&fast);
             lm_qrow_decode_scalar(&ref.r, ty, row, k);

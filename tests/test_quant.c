@@ -269,7 +269,7 @@ START_TEST(test_int_dot_matches_dequant)
     for (size_t t = 0; t < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; t++) {
         uint32_t ty = ALL_TYPES[t];
         int at = lm_act_type(ty);
-        test_row(ty, row, &seed);
+        test_row(ty, row, K, &seed);
         lm_dequant_row(ty, row, w, K);
         lm_quantize_act(ty, x, actbuf, K);
         act_row ar;

@@ -40,26 +40,31 @@ static void check_decode(uint32_t ty, const uint8_t *row, int k, const qrow_buf 
     }
 }
 
-/* Every type, rows of 24 blocks and of 23 (a tail past the last four). */
+/*
+ * Every type, rows of 24 blocks and of 23 (a tail past the last four), and
+ * of 56 (7 super-blocks: K-quants' four lanes wrap).
+ */
 static void check_rows(void)
 {
-    static uint8_t row[K * 4], act[K * 8];
-    static float x[K];
+    static uint8_t row[KMAX * 4], act[KMAX * 8];
+    static float x[KMAX];
     static qrow_buf ref;
+    static const int widths[] = {K, K - 32, KMAX - 256};
     uint64_t seed = 5;
     int decoded = 0;
-    for (int i = 0; i < K; i++)
+    for (int i = 0; i < KMAX; i++)
         x[i] = sinf((float)i * 0.61f) * (float)(1 + i % 7);
     for (int ti = 0; ti < N_ALL_TYPES; ti++)
         for (int rep = 0; rep < 4; rep++)
-            for (int k = K; k >= K - 32; k -= 32) {
+            for (int wi = 0; wi < 3; wi++) {
                 uint32_t ty = ALL_TYPES[ti];
+                int k = widths[wi];
                 if (k % lm_type_block(ty))
                     continue;
                 size_t rb = lm_row_bytes(ty, k);
                 random_row(ty, row, rb, &seed);
                 if (ty == LM_F32 || ty == LM_F16 || ty == LM_BF16)
-                    test_row(ty, row, &seed);
+                    test_row(ty, row, k, &seed);
                 act_row ar;
                 lm_quantize_act(ty, x, act, k);
                 lm_act_layout(lm_act_type(ty), k, &ar, act);
@@ -70,7 +75,7 @@ static void check_rows(void)
                 expect_same(lm_qrow_dot(&ref.r, &ar, LM_ISA_NEON), lm_qrow_dot(&ref.r, &ar, LM_ISA_SCALAR),
                             "row", lm_type_name(ty), k);
             }
-    if (decoded != 4 * (3 * 2 + 3)) { /* Q4_0, Q5_0, Q8_0 at both lengths; Q4_K, Q5_K, Q6_K at K */
+    if (decoded != 4 * (3 * 3 + 3 * 2)) { /* Q4_0, Q5_0, Q8_0 at all lengths; Q4_K, Q5_K, Q6_K at two */
         fprintf(stderr, "FAIL %d rows went through the NEON decoders\n", decoded);
         failures++;
     }
