@@ -408,7 +408,7 @@ int child_read_until(child *c, char **buf, size_t *len, const char *needle, int 
         *len = 0;
     }
     for (;;) {
-        if (needle && strstr(*buf, needle))
+        if (needle && memmem(*buf, *len, needle, strlen(needle))) /* replies may hold NUL bytes */
             return 1;
         double left = end - ms_now();
         if (left <= 0)
@@ -419,7 +419,7 @@ int child_read_until(child *c, char **buf, size_t *len, const char *needle, int 
         char tmp[4096];
         ssize_t r = read(c->out, tmp, sizeof tmp);
         if (r <= 0)
-            return needle ? strstr(*buf, needle) != NULL : 1;
+            return needle ? memmem(*buf, *len, needle, strlen(needle)) != NULL : 1;
         *buf = realloc(*buf, *len + (size_t)r + 1);
         memcpy(*buf + *len, tmp, (size_t)r);
         *len += (size_t)r;
