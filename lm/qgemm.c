@@ -249,12 +249,12 @@ AVX512 static INLINE __m512i group_mins(const int16_t *mn, const tgroup *g, int6
 AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup *const *g, int ng, int span,
                                       int has_mins, float *const *out)
 {
-    __m512 lanes[LM_K_LANES][2][2][4]; /* [lane][sums, mins][row][group]: set by each lane's first block */
+    /* [row][group][lane], set by each lane's first super-block (zeroing all first cost 3% of a call) */
+    __m512 sums[2][4][LM_K_LANES], mins[2][4][LM_K_LANES];
     const __m512 zero = _mm512_setzero_ps();
     const int64_t nb = r[0]->k / QK_K;
     for (int64_t b = 0; b < nb; b++) {
-        __m512(*acc)[4] = lanes[b % LM_K_LANES][0], (*mins)[4] = lanes[b % LM_K_LANES][1];
-        const int fresh = b < LM_K_LANES; /* zeroing all lanes first cost 3% of a call */
+        const int l = (int)(b % LM_K_LANES), fresh = b < LM_K_LANES;
         __m512i isum[2][4];
         _Pragma("GCC unroll 2")
         for (int i = 0; i < nr; i++)
@@ -301,30 +301,25 @@ AVX512 static INLINE void rows_groups(const qrow *const *r, int nr, const tgroup
             _Pragma("GCC unroll 4")
             for (int j = 0; j < ng; j++) {
                 __m512 da = _mm512_loadu_ps(g[j]->d + b * TG);
-                acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][j]),
-                                            fresh ? zero : acc[i][j]);
+                sums[i][j][l] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][j]),
+                                                fresh ? zero : sums[i][j][l]);
                 if (has_mins) {
                     __m512 mm = _mm512_mul_ps(mw, da);
                     __m512i ms = group_mins(r[i]->mn, g[j], b);
-                    mins[i][j] = _mm512_add_ps(fresh ? zero : mins[i][j], _mm512_mul_ps(mm, _mm512_cvtepi32_ps(ms)));
+                    mins[i][j][l] = _mm512_add_ps(fresh ? zero : mins[i][j][l],
+                                                  _mm512_mul_ps(mm, _mm512_cvtepi32_ps(ms)));
                 }
             }
         }
     }
-    for (int64_t l = nb; l < LM_K_LANES; l++) /* rows of fewer than four super-blocks */
-        for (int h = 0; h < 2; h++)
-            for (int i = 0; i < nr; i++)
-                for (int j = 0; j < ng; j++)
-                    lanes[l][h][i][j] = zero;
+    const __m512 none[LM_K_LANES] = {zero, zero, zero, zero}; /* Q6_K's mins */
     _Pragma("GCC unroll 2")
     for (int i = 0; i < nr; i++)
         _Pragma("GCC unroll 4")
-        for (int j = 0; j < ng; j++) { /* lm_k_total's tree */
-            __m512 s[2] = {zero, zero};
-            for (int h = 0; h < 1 + has_mins; h++)
-                s[h] = _mm512_add_ps(_mm512_add_ps(lanes[0][h][i][j], lanes[1][h][i][j]),
-                                     _mm512_add_ps(lanes[2][h][i][j], lanes[3][h][i][j]));
-            _mm512_storeu_ps(out[i] + 16 * j, _mm512_sub_ps(s[0], s[1]));
+        for (int j = 0; j < ng; j++) {
+            for (int64_t l = nb; l < LM_K_LANES; l++) /* rows of fewer than four super-blocks */
+                sums[i][j][l] = mins[i][j][l] = zero;
+            _mm512_storeu_ps(out[i] + 16 * j, k_total16(sums[i][j], has_mins ? mins[i][j] : none));
         }
 }
 

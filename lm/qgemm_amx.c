@@ -503,13 +503,11 @@ AMX int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, fl
         super_scale(r, g, b, isum, has_mins, acc + (b % LM_K_LANES) * 512);
     }
     __m512 rows[16];
-    for (int m = 0; m < 16; m++) { /* lm_k_total's tree */
-        const float *a = acc + 16 * m, *n = a + 256;
-        __m512 sums = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(a), _mm512_load_ps(a + 512)),
-                                    _mm512_add_ps(_mm512_load_ps(a + 1024), _mm512_load_ps(a + 1536)));
-        __m512 less = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(n), _mm512_load_ps(n + 512)),
-                                    _mm512_add_ps(_mm512_load_ps(n + 1024), _mm512_load_ps(n + 1536)));
-        rows[m] = _mm512_sub_ps(sums, less);
+    for (int m = 0; m < 16; m++) {
+        __m512 sums[LM_K_LANES], mins[LM_K_LANES];
+        for (int l = 0; l < LM_K_LANES; l++)
+            sums[l] = _mm512_load_ps(acc + 512 * l + 16 * m), mins[l] = _mm512_load_ps(acc + 512 * l + 256 + 16 * m);
+        rows[m] = k_total16(sums, mins);
     }
     store_rows_by_token(rows, out, ldo, n);
     return 1;

@@ -109,6 +109,13 @@ AVX512 static INLINE __m512i fold_fours(__m512i v0, __m512i v1, __m512i v2, __m5
     return _mm512_permutexvar_epi32(order, s);
 }
 
+/* lm_k_total's tree, 16 outputs at once: the four K-quant lanes' sums s, less their mins m. */
+AVX512 static INLINE __m512 k_total16(const __m512 s[4], const __m512 m[4])
+{
+    __m512 sums = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+    return _mm512_sub_ps(sums, _mm512_add_ps(_mm512_add_ps(m[0], m[1]), _mm512_add_ps(m[2], m[3])));
+}
+
 /* The same tree lane by lane over 16 vectors: lane i of the result sums lane i of each. */
 AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
 {
