@@ -64,7 +64,8 @@ void cli_usage(FILE *f)
           "  -o, --output FILE       logits: output file (float32 rows; default stdout)\n"
           "      --sequential        logits: one token per evaluation\n"
           "  -p N, -n N, -r N        bench: prompt tokens (512), generated tokens (128), repetitions (3);\n"
-          "                          -p, -n and -t take lists (-p 512,16 -t 1,2), every combination run\n"
+          "  -d, --n-depth N         bench: tokens already in the cache when each test starts (0)\n"
+          "                          -p, -n, -t and -d take lists (-p 512,16 -t 1,2), every combination run\n"
           "      --csv               bench: print test,tokens_per_s,stddev rows\n"
           "  -h, --help              this help\n"
           "      --version           print the version\n",
@@ -136,7 +137,7 @@ static const char *const VALUE_OPTS[] = {
     "-m", "--model", "-p", "--prompt", "-f", "--file", "--ids-file", "-o", "--output", "-n",
     "--n-predict", "-c", "--ctx-size", "-t", "--threads", "-s", "--seed", "--temp", "--top-k",
     "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--kv-type", "-sys",
-    "--system-prompt", "--chat-template", "-r", "--repetitions", NULL};
+    "--system-prompt", "--chat-template", "-r", "--repetitions", "-d", "--n-depth", NULL};
 
 static int takes_value(const char *a)
 {
@@ -160,6 +161,8 @@ static int value_opt(cli_opts *o, const char *a, const char *v)
         return parse_int_list(a, v, 0, 1 << 20, o->bench_n, &o->n_bench_n) ? -1 : 1;
     else if (bench && is(a, "-t", "--threads"))
         return parse_int_list(a, v, 1, 1024, o->bench_t, &o->n_bench_t) ? -1 : 1;
+    else if (bench && is(a, "-d", "--n-depth"))
+        return parse_int_list(a, v, 0, 1 << 20, o->bench_d, &o->n_bench_d) ? -1 : 1;
     else if (is(a, "-p", "--prompt")) o->prompt = v;
     else if (is(a, "-r", "--repetitions")) return parse_int(a, v, 1, 64, &o->bench_reps) ? -1 : 1;
     else if (is(a, "-f", "--file")) o->prompt_file = v;
@@ -232,8 +235,13 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 cli_error("option %s needs a value", a);
                 return EXIT_USAGE;
             }
-            if (value_opt(o, a, argv[++i]) < 0)
+            int known = value_opt(o, a, argv[++i]);
+            if (known < 0)
                 return EXIT_USAGE;
+            if (!known) { /* an option of another command */
+                cli_error("option %s is for kvchat bench only (see kvchat --help)", a);
+                return EXIT_USAGE;
+            }
             continue;
         }
         cli_error("unknown argument '%s' (see kvchat --help)", a);

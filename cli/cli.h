@@ -32,9 +32,10 @@ typedef struct cli_opts {
     const char *system_prompt;   /* -sys */
     const char *chat_template;   /* --chat-template NAME */
     int no_context_shift, stats, json;
-    /* kvchat bench: lists of prompt lengths, generation lengths, thread counts (llama-bench's -p 512,128) */
-    int bench_p[CLI_BENCH_LIST], bench_n[CLI_BENCH_LIST], bench_t[CLI_BENCH_LIST];
-    int n_bench_p, n_bench_n, n_bench_t;
+    /* kvchat bench: lists of prompt lengths, generation lengths, thread counts and cache
+       depths (llama-bench's -p 512,128 and -d 0,4096) */
+    int bench_p[CLI_BENCH_LIST], bench_n[CLI_BENCH_LIST], bench_t[CLI_BENCH_LIST], bench_d[CLI_BENCH_LIST];
+    int n_bench_p, n_bench_n, n_bench_t, n_bench_d;
     int bench_reps, bench_csv;
 } cli_opts;
 

@@ -49,25 +49,52 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
     }
 }
 
-static int run_pp(kv_context *c, const int32_t *t, int p, double *tps, lm_err *e)
+/*
+ * The cache holding t[0..d), untimed: decoded once, then cut back to it
+ * before every run, as a chat's turn keeps the conversation before it.
+ */
+static int to_depth(kv_context *c, const int32_t *t, int d, lm_err *e)
 {
+    if (c->n_past >= d && kv_common_prefix(c, t, d) == d) {
+        kv_truncate(c, d);
+        return 0;
+    }
     kv_reset(c);
+    return d > 0 ? kv_eval(c, t, d, NULL, NULL, e) : 0;
+}
+
+/* p tokens in one evaluation after the d tokens of depth. */
+static int run_pp(kv_context *c, const int32_t *t, int d, int p, double *tps, lm_err *e)
+{
+    if (to_depth(c, t, d, e))
+        return -1;
     double t0 = now_s();
-    if (kv_eval(c, t, p, NULL, NULL, e))
+    if (kv_eval(c, t + d, p, NULL, NULL, e))
         return -1;
     *tps = p / (now_s() - t0);
     return 0;
 }
 
-static int run_tg(kv_context *c, const int32_t *t, int n, double *tps, lm_err *e)
+/* n tokens one at a time after the d tokens of depth. */
+static int run_tg(kv_context *c, const int32_t *t, int d, int n, double *tps, lm_err *e)
 {
-    kv_reset(c);
+    if (to_depth(c, t, d, e))
+        return -1;
     double t0 = now_s();
     for (int i = 0; i < n; i++)
-        if (kv_eval(c, t + i, 1, NULL, NULL, e))
+        if (kv_eval(c, t + d + i, 1, NULL, NULL, e))
             return -1;
     *tps = n / (now_s() - t0);
     return 0;
+}
+
+/* A test's name as llama-bench prints it: pp512, tg128, pp512 @ d4096. */
+static void test_name(char *buf, size_t cap, const char *kind, int tokens, int d)
+{
+    if (d > 0)
+        snprintf(buf, cap, "%s%d @ d%d", kind, tokens, d);
+    else
+        snprintf(buf, cap, "%s%d", kind, tokens);
 }
 
 /* A 1 GiB buffer to time the machine's memory reads with, filled once. */
@@ -121,6 +148,13 @@ static double read_bandwidth(const read_probe *r)
     return best;
 }
 
+/* Bytes of the cache one token reads per position it attends to: K and V of every layer. */
+static double cache_bytes_per_pos(const lm_model *m, int kv_type)
+{
+    const lm_hparams *hp = &m->hp;
+    return (double)hp->n_layer * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * (kv_type == LM_KV_F16 ? 2 : 4);
+}
+
 /* Bytes of weights one generated token reads: every matrix, one embedding row. */
 static double bytes_per_token(const lm_model *m, double *params)
 {
@@ -159,22 +193,23 @@ typedef struct bench_run {
     const cli_opts *o;
     lm_model *m;
     const int32_t *toks;
-    int longest;
+    int longest;          /* tokens of the deepest cache plus the longest test */
     double params, per_token, mib;
+    double per_pos;       /* cache bytes a token reads per position (cache_bytes_per_pos) */
 } bench_run;
 
-/* pp of p tokens with the context's threads: a warm-up, then o->bench_reps runs, one row. */
-static int pp_test(const bench_run *b, kv_context *c, int threads, int p, lm_err *e)
+/* pp of p tokens at depth d with the context's threads: a warm-up, then o->bench_reps runs, one row. */
+static int pp_test(const bench_run *b, kv_context *c, int threads, int d, int p, lm_err *e)
 {
     series s = {{0}, 0};
     double tps;
-    if (run_pp(c, b->toks, p < 32 ? p : 32, &tps, e) || run_pp(c, b->toks, p, &tps, e))
+    if (run_pp(c, b->toks, d, p < 32 ? p : 32, &tps, e) || run_pp(c, b->toks, d, p, &tps, e))
         return -1; /* warm-up: pages mapped, threads started */
     for (int r = 0; r < b->o->bench_reps; r++)
-        if (run_pp(c, b->toks, p, &s.tps[s.n++], e))
+        if (run_pp(c, b->toks, d, p, &s.tps[s.n++], e))
             return -1;
-    char test[32];
-    snprintf(test, sizeof test, "pp%d", p);
+    char test[48];
+    test_name(test, sizeof test, "pp", p, d);
     print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
     return 0;
 }
@@ -184,31 +219,36 @@ static int pp_test(const bench_run *b, kv_context *c, int threads, int p, lm_err
  * measured next to every run: its neighbours take bandwidth now and then,
  * so each run is set against the better of the readings on its two sides.
  */
-static int tg_test(const bench_run *b, kv_context *c, int threads, int n, const read_probe *probe,
+static int tg_test(const bench_run *b, kv_context *c, int threads, int d, int n, const read_probe *probe,
                    char *note, size_t cap, lm_err *e)
 {
     series s = {{0}, 0};
     double tps, before = probe ? read_bandwidth(probe) : 0, share = 0, lo = 0, hi = 0;
+    /* a token reads the weights and the cache so far: d + 1 .. d + n positions, on average */
+    const double cache = b->per_pos * (d + (n + 1) / 2.0), bytes = b->per_token + cache;
     const int reps = b->o->bench_reps;
-    if (run_tg(c, b->toks, n < 16 ? n : 16, &tps, e))
+    if (run_tg(c, b->toks, d, n < 16 ? n : 16, &tps, e))
         return -1;
     for (int r = 0; r < reps; r++) {
-        if (run_tg(c, b->toks, n, &s.tps[s.n], e))
+        if (run_tg(c, b->toks, d, n, &s.tps[s.n], e))
             return -1;
         double after = probe ? read_bandwidth(probe) : 0, machine = after > before ? after : before;
-        share += machine > 0 ? b->per_token * s.tps[s.n] / 1e9 / machine / reps : 0;
+        share += machine > 0 ? bytes * s.tps[s.n] / 1e9 / machine / reps : 0;
         lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
         before = after, s.n++;
     }
-    char test[32];
-    snprintf(test, sizeof test, "tg%d", n);
+    char test[48], cache_note[64] = "";
+    test_name(test, sizeof test, "tg", n, d);
     print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
     double mean, sd;
     stats(&s, &mean, &sd);
+    if (d > 0)
+        snprintf(cache_note, sizeof cache_note, " and %.2f MiB of cache", cache / (1024.0 * 1024.0));
     if (probe)
-        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights per token: %.1f GB/s, %.0f%% of what "
-                 "this machine read next to each run (%.1f-%.1f GB/s)\n", test, threads, threads == 1 ? "" : "s",
-                 b->per_token / (1024.0 * 1024.0), b->per_token * mean / 1e9, 100 * share, lo, hi);
+        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights%s per token: %.1f GB/s, %.0f%% of "
+                 "what this machine read next to each run (%.1f-%.1f GB/s)\n", test, threads,
+                 threads == 1 ? "" : "s", b->per_token / (1024.0 * 1024.0), cache_note, bytes * mean / 1e9,
+                 100 * share, lo, hi);
     return 0;
 }
 
@@ -226,11 +266,15 @@ static int tests_with_threads(const bench_run *b, int threads, read_probe *probe
     if (probe)
         probe->threads = threads;
     int rc = 0;
-    for (int i = 0; !rc && i < o->n_bench_p; i++)
-        rc = o->bench_p[i] > 0 ? pp_test(b, &c, threads, o->bench_p[i], e) : 0;
-    for (int i = 0; !rc && i < o->n_bench_n; i++) {
-        size_t used = strlen(notes);
-        rc = o->bench_n[i] > 0 ? tg_test(b, &c, threads, o->bench_n[i], probe, notes + used, cap - used, e) : 0;
+    for (int k = 0; !rc && k < o->n_bench_d; k++) {
+        const int d = o->bench_d[k];
+        for (int i = 0; !rc && i < o->n_bench_p; i++)
+            rc = o->bench_p[i] > 0 ? pp_test(b, &c, threads, d, o->bench_p[i], e) : 0;
+        for (int i = 0; !rc && i < o->n_bench_n; i++) {
+            size_t used = strlen(notes);
+            rc = o->bench_n[i] > 0 ? tg_test(b, &c, threads, d, o->bench_n[i], probe, notes + used, cap - used, e)
+                                   : 0;
+        }
     }
     kv_free(&c);
     return rc;
@@ -254,6 +298,8 @@ static void default_lists(cli_opts *o)
         o->bench_n[o->n_bench_n++] = o->n_predict >= 0 ? o->n_predict : 128;
     if (!o->n_bench_t)
         o->bench_t[o->n_bench_t++] = o->n_threads > 0 ? o->n_threads : lm_default_threads();
+    if (!o->n_bench_d)
+        o->bench_d[o->n_bench_d++] = 0;
 }
 
 int cmd_bench(const cli_opts *opts)
@@ -269,7 +315,11 @@ int cmd_bench(const cli_opts *opts)
     for (int i = 0; i < o.n_bench_n; i++)
         most_n = o.bench_n[i] > most_n ? o.bench_n[i] : most_n;
     most = most_n > most ? most_n : most;
-    const size_t cap = CLI_BENCH_LIST * CLI_BENCH_LIST * 256; /* a line per tg test */
+    int deepest = 0;
+    for (int i = 0; i < o.n_bench_d; i++)
+        deepest = o.bench_d[i] > deepest ? o.bench_d[i] : deepest;
+    most += deepest; /* a test at depth d reads tokens d.. on */
+    const size_t cap = (size_t)CLI_BENCH_LIST * CLI_BENCH_LIST * CLI_BENCH_LIST * 256; /* a line per tg test */
     int32_t *toks = malloc((size_t)most * sizeof *toks);
     char *notes = calloc(cap, 1);
     if (!toks || !notes) {
@@ -279,8 +329,9 @@ int cmd_bench(const cli_opts *opts)
         return cli_error("out of memory");
     }
     fill_tokens(toks, most, m.hp.n_vocab);
-    bench_run b = {&o, &m, toks, most, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0)};
+    bench_run b = {&o, &m, toks, most, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0), 0};
     b.per_token = bytes_per_token(&m, &b.params);
+    b.per_pos = cache_bytes_per_pos(&m, o.kv_type);
     /* the 1 GiB the readings go through, filled once, and only when a tg test reports its share */
     read_probe probe = {0};
     const int measured = most_n > 0 && !o.bench_csv && probe_init(&probe, o.bench_t[0]) == 0;

@@ -86,6 +86,39 @@ START_TEST(test_bench)
 }
 END_TEST
 
+/*
+ * kvchat bench -d: every test again after that many tokens in the cache,
+ * named as llama-bench names them; generation's note counts the cache it
+ * reads (stories260K: 5 layers x 4 KV heads x (8 + 8) floats = 1280 bytes
+ * a position; at depth 64, tg4 reads 64 + 2.5 positions on average: 0.08
+ * MiB).  -d belongs to bench alone.
+ */
+START_TEST(test_bench_depth)
+{
+    char *model = shared_path("models/stories260K.gguf"), *out, *err;
+    char *a[] = {"bench", "-m", model, "-p", "8", "-n", "4", "-r", "1", "-t", "2", "-d", "0,64", "--csv", NULL};
+    ck_assert_int_eq(kv(a, NULL, &out, NULL), 0);
+    double v[8];
+    int used = 0;
+    ck_assert_msg(sscanf(out, "pp8,%lf,%lf\ntg4,%lf,%lf\npp8 @ d64,%lf,%lf\ntg4 @ d64,%lf,%lf\n%n", &v[0], &v[1],
+                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &used) == 8 && out[used] == 0,
+                  "%s", out);
+    ck_assert(v[4] > 0 && v[6] > 0);
+    free(out);
+    char *b[] = {"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "-d", "64", NULL};
+    ck_assert_int_eq(kv(b, NULL, &out, NULL), 0);
+    ck_assert_msg(strstr(out, "tg4 @ d64 |") &&
+                      strstr(out, "tg4 @ d64 with 2 threads reads 1.0 MiB of weights and 0.08 MiB of cache"),
+                  "%s", out);
+    free(out);
+    char *c[] = {"complete", "-m", model, "-p", "x", "-d", "4", NULL};
+    ck_assert_int_eq(kv(c, NULL, NULL, &err), 2);
+    ck_assert_msg(strstr(err, "option -d is for kvchat bench only"), "%s", err);
+    free(err);
+    free(model);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     char *err;
@@ -213,5 +246,6 @@ TCase *tcase_cli(void)
     tcase_add_test(tc, test_man_page_covers_help);
     tcase_add_test(tc, test_write_failures);
     tcase_add_test(tc, test_bench);
+    tcase_add_test(tc, test_bench_depth);
     return tc;
 }
