@@ -237,18 +237,16 @@ static int tg_test(const bench_run *b, kv_context *c, int threads, int d, int n,
         lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
         before = after, s.n++;
     }
-    char test[48], cache_note[64] = "";
+    char test[48];
     test_name(test, sizeof test, "tg", n, d);
     print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
     double mean, sd;
     stats(&s, &mean, &sd);
-    if (d > 0)
-        snprintf(cache_note, sizeof cache_note, " and %.2f MiB of cache", cache / (1024.0 * 1024.0));
     if (probe)
-        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights%s per token: %.1f GB/s, %.0f%% of "
-                 "what this machine read next to each run (%.1f-%.1f GB/s)\n", test, threads,
-                 threads == 1 ? "" : "s", b->per_token / (1024.0 * 1024.0), cache_note, bytes * mean / 1e9,
-                 100 * share, lo, hi);
+        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights and %.2f MiB of cache per token: "
+                 "%.1f GB/s, %.0f%% of what this machine read next to each run (%.1f-%.1f GB/s)\n", test,
+                 threads, threads == 1 ? "" : "s", b->per_token / (1024.0 * 1024.0), cache / (1024.0 * 1024.0),
+                 bytes * mean / 1e9, 100 * share, lo, hi);
     return 0;
 }
 
