@@ -532,7 +532,7 @@ static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
     size_t floats = (size_t)qmax * (size_t)row + (size_t)qmax * LM_ATT_ACC;
     for (int i = 0; i < c->n_threads; i++) { /* vectors of 16 scores: a cache line each */
         free(c->scores[i]);
-        c->scores[i] = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
+        c->scores[i] = alloc_floats(floats);
         if (!c->scores[i]) {
             c->scores_cap = 0; /* some rows are gone: the next pass asks again */
             lm_seterr(e, "out of memory for attention scores");
