@@ -55,7 +55,7 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
  */
 static int to_depth(kv_context *c, const int32_t *t, int d, lm_err *e)
 {
-    if (c->n_past >= d && kv_common_prefix(c, t, d) == d) {
+    if (kv_common_prefix(c, t, d) == d) { /* (it stops at n_past) */
         kv_truncate(c, d);
         return 0;
     }
