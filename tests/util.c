@@ -418,8 +418,8 @@ int child_read_until(child *c, char **buf, size_t *len, const char *needle, int 
             continue;
         char tmp[4096];
         ssize_t r = read(c->out, tmp, sizeof tmp);
-        if (r <= 0)
-            return needle ? memmem(*buf, *len, needle, strlen(needle)) != NULL : 1;
+        if (r <= 0) /* the end: the buffer is as the check above found it */
+            return needle == NULL;
         *buf = realloc(*buf, *len + (size_t)r + 1);
         memcpy(*buf + *len, tmp, (size_t)r);
         *len += (size_t)r;
