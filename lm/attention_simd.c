@@ -90,14 +90,21 @@ AVX512 double lm_sumsq_avx512(const float *x, int n)
     return lm_sum_parts16(part);
 }
 
-/* lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums. */
+/*
+ * lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums.  Two
+ * passes, exponentials then sums: in one loop each step's conversions and
+ * additions waited on its exponential's long chain, and the out-of-order
+ * window held too few steps to hide it (Zen 5, 743 keys: 13.3 cycles a
+ * vector in one pass, 10.6 in two).  The same operations in the same order.
+ */
 AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
-    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
     int j = lo;
-    for (; j + 16 <= hi + 1; j += 16) {
-        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx)));
-        _mm512_storeu_ps(scores + j, e);
+    for (; j + 16 <= hi + 1; j += 16)
+        _mm512_storeu_ps(scores + j, exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx))));
+    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
+    for (int i = lo; i < j; i += 16) {
+        __m512 e = _mm512_loadu_ps(scores + i);
         lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }
