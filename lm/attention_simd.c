@@ -100,8 +100,10 @@ AVX512 double lm_sumsq_avx512(const float *x, int n)
 AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
     int j = lo;
-    for (; j + 16 <= hi + 1; j += 16)
-        _mm512_storeu_ps(scores + j, exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx))));
+    for (; j + 16 <= hi + 1; j += 16) {
+        __m512 x = _mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx));
+        _mm512_storeu_ps(scores + j, exp16_avx512(x));
+    }
     __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
     for (int i = lo; i < j; i += 16) {
         __m512 e = _mm512_loadu_ps(scores + i);
