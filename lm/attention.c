@@ -273,7 +273,7 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
         qs[a].lo = swa && lo > 0 ? lo : 0;
     }
     const int f16 = kv->type == LM_KV_F16;
-    const size_t es = f16 ? 2 : 4;
+    const size_t es = lm_kv_elem_bytes(kv);
     const void *k0 = (const char *)kv->k + k_head(kv, il, kh) * es;
     const void *v0 = (const char *)kv->v + v_head(kv, il, kh) * es;
     if (isa >= LM_ISA_AVX512 && lm_attend_group_avx512(qs, n, k0, v0, kv->head_dim,

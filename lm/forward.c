@@ -155,8 +155,7 @@ void lm_ctx_free(lm_ctx *c)
 /* Bytes of the K (or V) cache, whose heads have dim elements a position. */
 static size_t kv_bytes(const lm_kv *kv, int dim)
 {
-    size_t es = kv->type == LM_KV_F16 ? 2 : 4;
-    return (size_t)kv->n_layer * (size_t)kv->n_head_kv * (size_t)kv->n_pos * (size_t)dim * es;
+    return (size_t)kv->n_layer * (size_t)kv->n_head_kv * (size_t)kv->n_pos * (size_t)dim * lm_kv_elem_bytes(kv);
 }
 
 /*
@@ -217,7 +216,7 @@ void lm_kv_populate(lm_kv *kv, int from, int to)
     to = to > kv->n_pos ? kv->n_pos : (to + 15) & ~15;
     if (!kv->k || from >= to)
         return;
-    const size_t es = kv->type == LM_KV_F16 ? 2 : 4, heads = (size_t)kv->n_layer * (size_t)kv->n_head_kv;
+    const size_t es = lm_kv_elem_bytes(kv), heads = (size_t)kv->n_layer * (size_t)kv->n_head_kv;
     for (size_t h = 0; h < heads; h++) { /* [layer][kv head][position]: a run per head */
         size_t at = h * (size_t)kv->n_pos + (size_t)from, n = (size_t)(to - from);
         populate((char *)kv->k + at * (size_t)kv->head_dim * es, n * (size_t)kv->head_dim * es);

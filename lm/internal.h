@@ -257,6 +257,11 @@ double lm_sumsq(const float *x, int n);
 double lm_sum_parts16(const double part[16]);
 double lm_sumsq_avx512(const float *x, int n); /* lm_sumsq's bytes */
 void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const float *v);
+/* Bytes of one element of the cache: f16 or f32. */
+static inline size_t lm_kv_elem_bytes(const lm_kv *kv)
+{
+    return kv->type == LM_KV_F16 ? 2 : 4;
+}
 /* One query head of a group sharing a KV head: keys lo..pos of the cache. */
 typedef struct lm_attq {
     const float *q;
