@@ -148,13 +148,6 @@ static double read_bandwidth(const read_probe *r)
     return best;
 }
 
-/* Bytes of the cache one token reads per position it attends to: K and V of every layer. */
-static double cache_bytes_per_pos(const lm_model *m, int kv_type)
-{
-    const lm_hparams *hp = &m->hp;
-    return (double)hp->n_layer * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * (kv_type == LM_KV_F16 ? 2 : 4);
-}
-
 /* Bytes of weights one generated token reads: every matrix, one embedding row. */
 static double bytes_per_token(const lm_model *m, double *params)
 {
@@ -195,7 +188,7 @@ typedef struct bench_run {
     const int32_t *toks;
     int longest;          /* tokens of the deepest cache plus the longest test */
     double params, per_token, mib;
-    double per_pos;       /* cache bytes a token reads per position (cache_bytes_per_pos) */
+    double per_pos;       /* cache bytes a token reads per position: K and V of every layer */
 } bench_run;
 
 /* pp of p tokens at depth d with the context's threads: a warm-up, then o->bench_reps runs, one row. */
@@ -329,7 +322,7 @@ int cmd_bench(const cli_opts *opts)
     fill_tokens(toks, most, m.hp.n_vocab);
     bench_run b = {&o, &m, toks, most, 0, 0, (double)m.gguf.size / (1024.0 * 1024.0), 0};
     b.per_token = bytes_per_token(&m, &b.params);
-    b.per_pos = cache_bytes_per_pos(&m, o.kv_type);
+    b.per_pos = (double)lm_kv_bytes_per_token(&m, o.kv_type == LM_KV_F16 ? 2 : 4);
     /* the 1 GiB the readings go through, filled once, and only when a tg test reports its share */
     read_probe probe = {0};
     const int measured = most_n > 0 && !o.bench_csv && probe_init(&probe, o.bench_t[0]) == 0;
