@@ -313,6 +313,28 @@ static int head_chunks(const lm_ctx *c, int n)
     return attention_chunks(hp->n_head / hp->n_head_kv * n, hp->n_head_kv, c->n_threads, c->att_qmax);
 }
 
+/*
+ * KV heads left over when a short turn's heads are shared out whole: a
+ * head's queries fit one job (per_kv <= qmax), there are more heads than
+ * threads, but not a multiple of them (smollm2: 3 heads, 2 threads).  Then
+ * each head but these is one job, so its cache is streamed from memory
+ * once with all its queries (18 for 6 tokens) to keep the arithmetic busy
+ * while it comes, and the leftovers are cut in one chunk a thread, so the
+ * threads end together.  Chunks of 8 + 10 queries for every head read each
+ * head from memory with only 8 queries' work to hide it: `kvchat bench -p 6
+ * -n 0 -d 740 -r 20`, three alternations, 6.57-6.85 -> 6.51-6.58 ms; whole
+ * heads alone (3 jobs, one thread doing two) 6.64-6.83.  Generation (one
+ * token) keeps a job a head: it is bound by reading the cache, and a cut
+ * head is read twice.
+ */
+static int leftover_heads(const lm_ctx *c, int n)
+{
+    const lm_hparams *hp = &c->m->hp;
+    if (n < 2 || hp->n_head / hp->n_head_kv * n > c->att_qmax || hp->n_head_kv <= c->n_threads)
+        return 0;
+    return hp->n_head_kv % c->n_threads;
+}
+
 /* Where chunk part of a KV head's per_kv queries begins.  Chunks of four or
    more start at a multiple of 4: the kernel takes queries four at a time,
    and a lone leftover query runs at half speed (its sums are too few to
@@ -328,6 +350,27 @@ static int chunk_start(int per_kv, int part, int chunks, int qmax)
 }
 
 /*
+ * The KV head and chunk of job.  With leftover heads: the whole heads
+ * first, then the leftovers' chunks, a chunk of each in turn.  Otherwise
+ * every head has `chunks`: a head's in a row when there are more than two
+ * (long prompts: a thread's next job mostly finds the head's rows still in
+ * L2), else across heads (threads that start together then stream
+ * different rows from memory, and a head's second chunk finds them in L3).
+ */
+static void job_head(int job, int n_kv, int chunks, int left, int *kh, int *part)
+{
+    const int whole = n_kv - left;
+    if (left) {
+        *kh = job < whole ? job : whole + (job - whole) % left;
+        *part = job < whole ? 0 : (job - whole) / left;
+    } else if (chunks > 2) {
+        *kh = job / chunks, *part = job % chunks;
+    } else {
+        *kh = job % n_kv, *part = job / n_kv;
+    }
+}
+
+/*
  * positioned: whether q and the cache rows of these tokens are ready; if
  * not, each KV head has one job (head_chunks gave 1), which first
  * positions its own heads: a one-token pass then spends no barrier between
@@ -340,20 +383,17 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
        over its cache rows together, a block of keys at a time, so the cache
        is read from memory once per job instead of once per query.  Jobs
        cost more the later their tokens (causal), so they are handed out as
-       threads come free.  A head with many chunks (long prompts) has them
-       in a row, so a thread's next job mostly finds the head's rows still
-       in L2.  With few (short turns over a long cache), consecutive jobs
-       take different KV heads: threads that start together then stream
-       different rows from memory (one core's stream is what bounds a cache
-       that is not in L3), and a head's second chunk finds them in L3. */
+       threads come free, in job_head's order. */
     const int group = hp->n_head / hp->n_head_kv, per_kv = group * n, chunks = head_chunks(c, n);
-    const int jobs = hp->n_head_kv * chunks, by_head = chunks > 2;
+    const int left = leftover_heads(c, n), whole = hp->n_head_kv - left;
+    const int jobs = left ? whole + left * c->n_threads : hp->n_head_kv * chunks;
 #pragma omp for schedule(dynamic)
     for (int job = 0; job < jobs; job++) {
-        int kh = by_head ? job / chunks : job % hp->n_head_kv, tid = omp_get_thread_num();
-        int part = by_head ? job % chunks : job / hp->n_head_kv;
-        int r0 = chunk_start(per_kv, part, chunks, c->att_qmax);
-        int r1 = chunk_start(per_kv, part + 1, chunks, c->att_qmax);
+        int kh, part, tid = omp_get_thread_num();
+        job_head(job, hp->n_head_kv, chunks, left, &kh, &part);
+        const int nch = !left ? chunks : kh < whole ? 1 : c->n_threads;
+        int r0 = chunk_start(per_kv, part, nch, c->att_qmax);
+        int r1 = chunk_start(per_kv, part + 1, nch, c->att_qmax);
         lm_attq qs[LM_ATT_QMAX];
         for (int t = 0; !positioned && t < n; t++)
             position_head(c, kv, L, il, t, pos0, kh);
@@ -462,7 +502,7 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
         norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     rope_tables(c, il, n, pos0, kv->n_ctx);
-    const int fused = from == 0 && head_chunks(c, n) == 1;
+    const int fused = from == 0 && head_chunks(c, n) == 1 && !leftover_heads(c, n);
     if (!fused)
         position_qk(c, kv, L, il, n, pos0);
     if (from >= n)
