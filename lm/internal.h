@@ -268,7 +268,7 @@ typedef struct lm_attq {
     float *out;
     int lo, pos;
 } lm_attq;
-#define LM_ATT_QMAX 32     /* queries attended together, at most */
+#define LM_ATT_QMAX 64     /* queries attended together, at most */
 #define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
 /*
  * Queries qs[0..n) (n <= LM_ATT_QMAX) of KV head kh against the cache of
