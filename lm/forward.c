@@ -370,9 +370,15 @@ static void job_head(int job, int n_kv, int chunks, int left, int *kh, int *part
     }
 }
 
+/* Whether every KV head is a single job when n tokens attend (the pass may then fuse RoPE into them). */
+static int one_job_a_head(const lm_ctx *c, int n)
+{
+    return head_chunks(c, n) == 1 && !leftover_heads(c, n);
+}
+
 /*
  * positioned: whether q and the cache rows of these tokens are ready; if
- * not, each KV head has one job (head_chunks gave 1), which first
+ * not, each KV head has one job (one_job_a_head), which first
  * positions its own heads: a one-token pass then spends no barrier between
  * RoPE and attention, and the threads share the RoPE and cache writes.
  */
@@ -391,7 +397,7 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
     for (int job = 0; job < jobs; job++) {
         int kh, part, tid = omp_get_thread_num();
         job_head(job, hp->n_head_kv, chunks, left, &kh, &part);
-        const int nch = !left ? chunks : kh < whole ? 1 : c->n_threads;
+        const int nch = !left ? chunks : kh < whole ? 1 : c->n_threads; /* kh's chunks */
         int r0 = chunk_start(per_kv, part, nch, c->att_qmax);
         int r1 = chunk_start(per_kv, part + 1, nch, c->att_qmax);
         lm_attq qs[LM_ATT_QMAX];
@@ -502,7 +508,7 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
         norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     rope_tables(c, il, n, pos0, kv->n_ctx);
-    const int fused = from == 0 && head_chunks(c, n) == 1 && !leftover_heads(c, n);
+    const int fused = from == 0 && one_job_a_head(c, n);
     if (!fused)
         position_qk(c, kv, L, il, n, pos0);
     if (from >= n)
