@@ -72,6 +72,7 @@ void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k); /* 0: not here */
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
+void lm_k_scales(uint32_t type, const uint8_t *blk, int *sc, int *mn); /* super-block's 16 group scales, mins */
 void lm_k_scales_decode(qrow *r, uint32_t type, const uint8_t *blk, int64_t i);
 typedef void (*lm_k_codes_fn)(uint32_t type, const uint8_t *blk, uint8_t *u); /* 256 codes */
 void lm_qrow_decode_k_with(qrow *r, uint32_t type, const uint8_t *src, int64_t k, lm_k_codes_fn codes);
@@ -86,6 +87,9 @@ float lm_dot_f_scalar(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx512(const qrow *w, const act_row *a);
 float lm_dot_k_avx512(const qrow *w, const act_row *a);
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
+float lm_dot_b32_avx2(const qrow *w, const act_row *a);
+float lm_dot_k_avx2(const qrow *w, const act_row *a);
+float lm_dot_f_avx2(const float *x, const float *y, int64_t n);
 /* qdot_neon.c: the same dots with aarch64's SDOT (scalar twins elsewhere) */
 int lm_cpu_neon_dot(void);                 /* 1: aarch64 with the dot-product instructions */
 int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k); /* 0: not here */

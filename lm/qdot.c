@@ -232,7 +232,7 @@ static void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn)
 }
 
 /* Sixteen scales and mins of a super-block. */
-static void k_scales(uint32_t t, const uint8_t *b, int *sc, int *mn)
+void lm_k_scales(uint32_t t, const uint8_t *b, int *sc, int *mn)
 {
     memset(mn, 0, 16 * sizeof *mn);
     if (t == LM_Q2_K) {
@@ -281,7 +281,7 @@ static void k_codes(uint32_t t, const uint8_t *b, uint8_t *u)
 void lm_k_scales_decode(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
 {
     int sc[16], mn[16];
-    k_scales(t, b, sc, mn);
+    lm_k_scales(t, b, sc, mn);
     for (int g = 0; g < 16; g++) {
         r->mn[i * 16 + g] = (int16_t)mn[g];
         for (int j = 0; j < 4; j++)
@@ -444,6 +444,8 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa)
 {
     if (isa >= LM_ISA_AVX512)
         return lm_dot_f_avx512(x, y, n);
+    if (isa == LM_ISA_AVX2)
+        return lm_dot_f_avx2(x, y, n);
     return isa == LM_ISA_NEON ? lm_dot_f_neon(x, y, n) : lm_dot_f_scalar(x, y, n);
 }
 
@@ -454,10 +456,14 @@ float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
     case LM_Q8_1:
         if (isa >= LM_ISA_AVX512)
             return lm_dot_b32_avx512(r, a);
+        if (isa == LM_ISA_AVX2)
+            return lm_dot_b32_avx2(r, a);
         return isa == LM_ISA_NEON ? lm_dot_b32_neon(r, a) : lm_dot_b32_scalar(r, a);
     case LM_Q8_K:
         if (isa >= LM_ISA_AVX512)
             return lm_dot_k_avx512(r, a);
+        if (isa == LM_ISA_AVX2)
+            return lm_dot_k_avx2(r, a);
         return isa == LM_ISA_NEON ? lm_dot_k_neon(r, a) : lm_dot_k_scalar(r, a);
     default:
         return lm_dot_f(r->f, a->f, r->k, isa);

@@ -5,7 +5,9 @@
  * so switching paths never changes a bit of the logits; tests compare them.
  *   decoders  AVX2: nibble and bit unpacking of Q4_0, Q5_0, Q8_0, Q4_K,
  *             Q5_K and Q6_K rows into unsigned codes;
- *   dots      AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
+ *   dots      AVX2: pairs of byte products (maddubs), for CPUs without
+ *             AVX-512;
+ *             AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
  *             the offset correction; each block's sum scaled into 16 float
  *             lanes (32-element blocks) or one sum (K-quants).  Rows read
  *             straight from the weights against up to 8 tokens: 32-element
@@ -144,6 +146,25 @@ AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
         codes_q45k(blk, u, type == LM_Q5_K);
 }
 
+/*
+ * lm_k_scales_decode for Q4_K, Q5_K and Q6_K, with each group scale
+ * broadcast to its four lanes of sc4 and the factors converted by F16C.
+ * (Loading sc[] as vectors right after its int stores stalls on the
+ * store forwarding; one value at a time the spreading took longer than
+ * the AVX2 dot itself.)
+ */
+AVX2 static void k_scales_avx2(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
+{
+    int sc[16], mn[16];
+    lm_k_scales(t, b, sc, mn);
+    for (int g = 0; g < 16; g++) {
+        _mm_storeu_si128((__m128i *)(r->sc4 + i * 64 + 4 * g), _mm_set1_epi32(sc[g]));
+        r->mn[i * 16 + g] = (int16_t)mn[g];
+    }
+    r->d[i] = half(t == LM_Q6_K ? b + 208 : b);
+    r->m[i] = t == LM_Q6_K ? 0.0f : half(b + 2);
+}
+
 /* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
 AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 {
@@ -156,7 +177,11 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
     }
     if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
         return 0;
-    lm_qrow_decode_k_with(r, type, b, k, k_codes);
+    const size_t bs = lm_type_size(type);
+    for (int64_t i = 0; i < k / 256; i++) {
+        k_scales_avx2(r, type, b + (size_t)i * bs, i);
+        k_codes(type, b + (size_t)i * bs, r->u + i * 256);
+    }
     return 1;
 }
 
@@ -196,7 +221,7 @@ AVX512 static inline __m512i block_totals16(const __m512i v[8])
     return pair_sums(pair_sums(w0, w1), pair_sums(w2, w3));
 }
 
-AVX512 static inline int32_t hsum8_epi32(__m256i v)
+AVX2 static inline int32_t hsum8_epi32(__m256i v)
 {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -272,6 +297,106 @@ AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
     return hsum16_avx512(acc);
 }
 
+/*
+ * The dots without AVX-512 (AVX2 CPUs): maddubs multiplies unsigned by
+ * signed bytes and adds each pair in 16 bits, saturating, and madd by ones
+ * adds those pairs into 32 bits.  Codes of at most 7 bits against
+ * activations within +-127 stay inside 16 bits (2 * 127 * 127), so a lane's
+ * sum is exact, and the activation row's negcorr takes the code offset off
+ * it.  Q8_0's 8-bit codes would not fit: they are centred first and their
+ * signs moved onto the activations (2 * 128 * 127).  The sums are exact
+ * integers and the float steps the scalar dots' own, in their lanes.
+ */
+AVX2 static inline __m256i lanes32_avx2(const uint8_t *u, const int8_t *a, const int32_t *negcorr, int q8)
+{
+    const __m256i uu = _mm256_loadu_si256((const __m256i *)u), aa = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (q8) {
+        __m256i c = _mm256_xor_si256(uu, _mm256_set1_epi8((char)0x80)); /* u - 128 */
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(aa, c)), ones);
+    }
+    __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(uu, aa), ones);
+    return _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr));
+}
+
+/* Element j of the result: the sum of v[j]'s 8 lanes. */
+AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
+{
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67); /* halves: 4 + 4 lanes */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j. */
+AVX2 static inline __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc)
+{
+    const int q8 = w->type == LM_Q8_0;
+    __m256i v[8];
+    for (int j = 0; j < 8; j++) {
+        int64_t e = (b + j) * 32;
+        v[j] = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8);
+    }
+    __m256 dd = _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b));
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
+}
+
+AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
+{
+    const int64_t nb = w->k / 32;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        lo = blocks8_avx2(w, a, b, lo);
+        hi = blocks8_avx2(w, a, b + 8, hi);
+    }
+    float acc[16], mins = 0.0f;
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
+        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
+        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
+    }
+    if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+        for (b = 0; b < nb; b++)
+            mins = __builtin_fmaf(w->m[b], a->s[b], mins);
+    return lm_hsum16(acc) + mins;
+}
+
+/* K-quant codes have at most 6 bits: every lane takes the maddubs path. */
+AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
+{
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
+    for (int64_t b = 0; b < w->k / 256; b++) {
+        __m256i sum = _mm256_setzero_si256();
+        for (int z = 0; z < 8; z++) {
+            int64_t e = b * 256 + 32 * z;
+            __m256i v = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, 0);
+            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(w->sc4 + e / 4)), v));
+        }
+        acc[b % LM_K_LANES] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(sum), acc[b % LM_K_LANES]);
+        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
+    }
+    return lm_k_total(acc, mins);
+}
+
+/* lm_dot_f_scalar's 16 lanes as two vectors of 8. */
+AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
+    }
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int j = 0; i < n; i++, j++)
+        acc[j] = __builtin_fmaf(x[i], y[i], acc[j]);
+    return lm_hsum16(acc);
+}
+
 #else /* not x86: scalar, or NEON's dots (qdot_neon.c) */
 
 int lm_cpu_isa(void) { return lm_cpu_neon_dot() ? LM_ISA_NEON : LM_ISA_SCALAR; }
@@ -283,6 +408,9 @@ int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 float lm_dot_b32_avx512(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx512(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
+float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
+float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
+float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
 
 #endif
 

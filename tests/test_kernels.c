@@ -551,11 +551,51 @@ START_TEST(test_matmul_few_tokens_bitwise)
 }
 END_TEST
 
+/* The fast paths of one type and width against the scalar ones, decoder and dots, at one isa. */
+static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, uint8_t act[][KMAX * 8],
+                             float x[][KMAX], qrow_buf *ref, qrow_buf *fast)
+{
+    int at = lm_act_type(ty);
+    qrow_init(ref);
+    qrow_init(fast);
+    lm_qrow_decode_scalar(&ref->r, ty, row, k);
+    lm_qrow_decode(&fast->r, ty, row, k, isa);
+    ck_assert_msg(!memcmp(ref->u, fast->u, (size_t)k) && !memcmp(ref->sc4, fast->sc4, sizeof ref->sc4) &&
+                      !memcmp(ref->d, fast->d, sizeof ref->d) && !memcmp(ref->m, fast->m, sizeof ref->m) &&
+                      !memcmp(ref->mn, fast->mn, sizeof ref->mn),
+                  "%s k=%d isa %d: decoders differ", lm_type_name(ty), k, isa);
+    act_row ar[8];
+    float want[8], got[8];
+    for (int t = 0; t < 8; t++) {
+        lm_quantize_act(ty, x[t], act[t], k);
+        lm_act_layout(at, k, &ar[t], act[t]);
+        want[t] = lm_qrow_dot(&ref->r, &ar[t], LM_ISA_SCALAR);
+        float f = lm_qrow_dot(&fast->r, &ar[t], isa);
+        ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d isa %d: dot %a vs scalar %a", lm_type_name(ty), k, isa, f,
+                      want[t]);
+    }
+    if (isa < LM_ISA_AVX512)
+        return;
+    for (int n = 1; n <= 8; n += 3) /* one token, and groups */
+        if (lm_fused_row_avx512(ty, row, k, ar, n, got, &fast->r))
+            for (int t = 0; t < n; t++)
+                ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d n=%d token %d: fused %a vs scalar %a",
+                              lm_type_name(ty), k, n, t, got[t], want[t]);
+    if (at == LM_Q8_K || at == LM_Q8_0)
+        check_token_groups(&fast->r, ar, want);
+}
+
+/* Every path the CPU has (AVX2 too where it has AVX-512) against the scalar one. */
 START_TEST(test_fast_paths_bitwise)
 {
-    int isa = lm_cpu_isa();
-    if (isa == LM_ISA_SCALAR)
+    const int cpu = lm_cpu_isa();
+    if (cpu == LM_ISA_SCALAR)
         return;
+    int isas[2], n_isa = 0;
+    if (cpu >= LM_ISA_AVX2)
+        isas[n_isa++] = LM_ISA_AVX2;
+    if (cpu != LM_ISA_AVX2)
+        isas[n_isa++] = cpu;
     uint64_t seed = 7;
     static float x[8][KMAX];
     static uint8_t row[KMAX * 4], act[8][KMAX * 8];
@@ -567,43 +607,65 @@ START_TEST(test_fast_paths_bitwise)
             x[t][i] = cosf((float)(i * (t + 1)) * 0.11f) * (1.0f + (float)((i + t) % 7));
     for (size_t ti = 0; ti < sizeof ALL_TYPES / sizeof ALL_TYPES[0]; ti++) {
         uint32_t ty = ALL_TYPES[ti];
-        int at = lm_act_type(ty);
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
             int k = widths[wi];
             if (k % lm_type_block(ty))
                 continue;
             test_row(ty, row, k, &seed);
-            qrow_init(&ref);
-            qrow_init(&fast);
-            lm_qrow_decode_scalar(&ref.r, ty, row, k);
-            lm_qrow_decode(&fast.r, ty, row, k, isa);
-            ck_assert_msg(!memcmp(ref.u, fast.u, (size_t)k) && !memcmp(ref.sc4, fast.sc4, sizeof ref.sc4) &&
-                          !memcmp(ref.d, fast.d, sizeof ref.d), "%s k=%d: decoders differ", lm_type_name(ty), k);
-            act_row ar[8];
-            float want[8], got[8];
-            for (int t = 0; t < 8; t++) {
-                lm_quantize_act(ty, x[t], act[t], k);
-                lm_act_layout(at, k, &ar[t], act[t]);
-                want[t] = lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR);
-                float f = lm_qrow_dot(&fast.r, &ar[t], isa);
-                ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d: dot %a vs scalar %a", lm_type_name(ty), k, f, want[t]);
-            }
-            for (int n = 1; n <= 8 && isa >= LM_ISA_AVX512; n += 3) /* one token, and groups */
-                if (lm_fused_row_avx512(ty, row, k, ar, n, got, &fast.r))
-                    for (int t = 0; t < n; t++)
-                        ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d n=%d token %d: fused %a vs scalar %a",
-                                      lm_type_name(ty), k, n, t, got[t], want[t]);
-            if ((at == LM_Q8_K || at == LM_Q8_0) && isa >= LM_ISA_AVX512)
-                check_token_groups(&fast.r, ar, want);
+            for (int i = 0; i < n_isa; i++)
+                check_fast_paths(ty, k, isas[i], row, act, x, &ref, &fast);
         }
     }
     float f1[K], f2[K];
     for (int i = 0; i < K; i++)
         f1[i] = x[0][i], f2[i] = x[1][i];
-    for (int n = 1; n <= 70; n += 23) {
-        float a1 = lm_dot_f(f1, f2, n, isa), a2 = lm_dot_f_scalar(f1, f2, n);
-        ck_assert_msg(!memcmp(&a1, &a2, 4), "float dot n=%d", n);
-    }
+    for (int i = 0; i < n_isa; i++)
+        for (int n = 1; n <= 70; n += 23) {
+            float a1 = lm_dot_f(f1, f2, n, isas[i]), a2 = lm_dot_f_scalar(f1, f2, n);
+            ck_assert_msg(!memcmp(&a1, &a2, 4), "float dot n=%d isa %d", n, isas[i]);
+        }
+}
+END_TEST
+
+/*
+ * The AVX2 dots add byte products in pairs in 16 bits, which saturate:
+ * every code at its largest and at 0 (the most negative once centred),
+ * against activation codes all 127 and all -127 (x all 1 or -1), and group scales at
+ * +-127, must still give the scalar dot's bits.
+ */
+START_TEST(test_avx2_dots_extreme)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX2)
+        return;
+    static const uint32_t types[] = {LM_Q4_0, LM_Q4_1, LM_Q5_0, LM_Q5_1, LM_Q8_0,
+                                     LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static const int bits[] = {4, 4, 5, 5, 8, 2, 3, 4, 5, 6};
+    static uint8_t act[K * 8];
+    static float x[K];
+    static qrow_buf w;
+    for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++)
+        for (int code = 0; code <= 1; code++)
+            for (int sign = -1; sign <= 1; sign += 2) {
+                uint32_t ty = types[ti];
+                qrow_init(&w);
+                w.r.type = ty, w.r.k = K;
+                memset(w.u, code ? (1 << bits[ti]) - 1 : 0, K);
+                for (int i = 0; i < K / 4; i++)
+                    w.sc4[i] = ty == LM_Q3_K ? -32 : sign * 127;
+                for (int i = 0; i < K / 16; i++)
+                    w.mn[i] = 63;
+                for (int i = 0; i < K / 32; i++)
+                    w.d[i] = 1.0f, w.m[i] = 0.5f;
+                for (int i = 0; i < K; i++)
+                    x[i] = (float)sign;
+                act_row ar;
+                lm_quantize_act(ty, x, act, K);
+                lm_act_layout(lm_act_type(ty), K, &ar, act);
+                ck_assert_int_eq(abs(ar.qs[0]), 127); /* Q8_K puts the sign in its scale */
+                float want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR), got = lm_qrow_dot(&w.r, &ar, LM_ISA_AVX2);
+                ck_assert_msg(!memcmp(&got, &want, 4), "%s codes %s, activations %d: %a vs %a", lm_type_name(ty),
+                              code ? "largest" : "0", 127 * sign, got, want);
+            }
 }
 END_TEST
 
@@ -612,6 +674,7 @@ TCase *tcase_kernels(void)
     TCase *tc = tcase_create("kernels");
     tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_fast_paths_bitwise);
+    tcase_add_test(tc, test_avx2_dots_extreme);
     tcase_add_test(tc, test_rows16_bitwise);
     tcase_add_test(tc, test_one_token_extreme_sums);
     tcase_add_test(tc, test_rows16_amx_bitwise);
