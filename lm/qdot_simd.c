@@ -307,16 +307,21 @@ AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
  * signs moved onto the activations (2 * 128 * 127).  The sums are exact
  * integers and the float steps the scalar dots' own, in their lanes.
  */
-AVX2 static inline __m256i lanes32_avx2(const uint8_t *u, const int8_t *a, const int32_t *negcorr, int q8)
+AVX2 static inline __m256i lane_sums_avx2(__m256i uu, const int8_t *a, const int32_t *negcorr, int q8)
 {
-    const __m256i uu = _mm256_loadu_si256((const __m256i *)u), aa = _mm256_loadu_si256((const __m256i *)a);
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i aa = _mm256_loadu_si256((const __m256i *)a), ones = _mm256_set1_epi16(1);
     if (q8) {
         __m256i c = _mm256_xor_si256(uu, _mm256_set1_epi8((char)0x80)); /* u - 128 */
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(aa, c)), ones);
     }
     __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(uu, aa), ones);
     return _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr));
+}
+
+/* The same for 32 decoded codes at u. */
+AVX2 static inline __m256i lanes32_avx2(const uint8_t *u, const int8_t *a, const int32_t *negcorr, int q8)
+{
+    return lane_sums_avx2(_mm256_loadu_si256((const __m256i *)u), a, negcorr, q8);
 }
 
 /* Element j of the result: the sum of v[j]'s 8 lanes. */
@@ -397,6 +402,87 @@ AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
     return lm_hsum16(acc);
 }
 
+/* Block i's 32 codes (code offset kept) of a Q4_0, Q5_0 or Q8_0 row, straight from the file. */
+AVX2 static INLINE __m256i raw_codes32(uint32_t t, const uint8_t *blk)
+{
+    if (t == LM_Q4_0)
+        return nibbles32(blk + 2);
+    if (t == LM_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    uint32_t qh; /* Q5_0 */
+    memcpy(&qh, blk + 2, 4);
+    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
+}
+
+/* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
+AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+{
+    const int64_t nb = k / 32;
+    const int q8 = t == LM_Q8_0;
+    __m256 acc8[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        lm_prefetch_ahead(row + b * bs, 16 * bs);
+        for (int h = 0; h < 2; h++) {
+            __m256i v[8];
+            uint16_t dh[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const int64_t i = b + 8 * h + j;
+                const uint8_t *blk = row + i * bs;
+                memcpy(&dh[j], blk, 2);
+                v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, q8);
+            }
+            __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
+                                                       (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + b + 8 * h));
+            acc8[h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc8[h]);
+        }
+    }
+    float acc[16];
+    _mm256_storeu_ps(acc, acc8[0]);
+    _mm256_storeu_ps(acc + 8, acc8[1]);
+    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
+        const uint8_t *blk = row + b * bs;
+        __m256i v = lane_sums_avx2(raw_codes32(t, blk), a->qs + b * 32, a->negcorr + b * 8, q8);
+        acc[b % 16] = __builtin_fmaf(half(blk) * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
+    }
+    return lm_hsum16(acc);
+}
+
+/* Rows one after another, each type a function of its own (the type a constant inside). */
+#define ROWS_B32_AVX2(name, t, bs)                                                                   \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
+                                                    int64_t k, const act_row *a, float *out)         \
+    {                                                                                                \
+        for (int64_t r = 0; r < nr; r++)                                                             \
+            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
+    }
+ROWS_B32_AVX2(rows_q4_0_avx2, LM_Q4_0, 18)
+ROWS_B32_AVX2(rows_q5_0_avx2, LM_Q5_0, 22)
+ROWS_B32_AVX2(rows_q8_0_avx2, LM_Q8_0, 34)
+#undef ROWS_B32_AVX2
+
+/*
+ * One token through nr Q4_0, Q5_0 or Q8_0 rows (rb bytes apart) without
+ * decoding them first: generation reads each row once, and the decoded
+ * row's stores and loads had cost as much as the dot.  Returns 0, doing
+ * nothing, for other types.
+ */
+AVX2 int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                          float *out)
+{
+    if (t == LM_Q4_0)
+        rows_q4_0_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q5_0)
+        rows_q5_0_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q8_0)
+        rows_q8_0_avx2(row0, rb, nr, k, a, out);
+    else
+        return 0;
+    return 1;
+}
+
 #else /* not x86: scalar, or NEON's dots (qdot_neon.c) */
 
 int lm_cpu_isa(void) { return lm_cpu_neon_dot() ? LM_ISA_NEON : LM_ISA_SCALAR; }
@@ -411,6 +497,12 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot
 float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
+int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                     float *out)
+{
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
+    return 0;
+}
 
 #endif
 

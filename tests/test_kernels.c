@@ -574,8 +574,12 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
         ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d isa %d: dot %a vs scalar %a", lm_type_name(ty), k, isa, f,
                       want[t]);
     }
-    if (isa < LM_ISA_AVX512)
+    if (isa == LM_ISA_AVX2) {
+        for (int t = 0; t < 8 && lm_rows_b32_avx2(ty, row, lm_row_bytes(ty, k), 1, k, &ar[t], &got[t]); t++)
+            ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d token %d: AVX2 row %a vs scalar %a",
+                          lm_type_name(ty), k, t, got[t], want[t]);
         return;
+    }
     for (int n = 1; n <= 8; n += 3) /* one token, and groups */
         if (lm_fused_row_avx512(ty, row, k, ar, n, got, &fast->r))
             for (int t = 0; t < n; t++)
@@ -631,7 +635,7 @@ END_TEST
  * The AVX2 dots add byte products in pairs in 16 bits, which saturate:
  * every code at its largest and at 0 (the most negative once centred),
  * against activation codes all 127 and all -127 (x all 1 or -1), and group scales at
- * +-127, must still give the scalar dot's bits.
+ * +-127, must still give the scalar dot's bits, decoded or read as stored.
  */
 START_TEST(test_avx2_dots_extreme)
 {
@@ -640,7 +644,7 @@ START_TEST(test_avx2_dots_extreme)
     static const uint32_t types[] = {LM_Q4_0, LM_Q4_1, LM_Q5_0, LM_Q5_1, LM_Q8_0,
                                      LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q5_K, LM_Q6_K};
     static const int bits[] = {4, 4, 5, 5, 8, 2, 3, 4, 5, 6};
-    static uint8_t act[K * 8];
+    static uint8_t act[K * 8], raw[K * 2];
     static float x[K];
     static qrow_buf w;
     for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++)
@@ -665,6 +669,21 @@ START_TEST(test_avx2_dots_extreme)
                 float want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR), got = lm_qrow_dot(&w.r, &ar, LM_ISA_AVX2);
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s codes %s, activations %d: %a vs %a", lm_type_name(ty),
                               code ? "largest" : "0", 127 * sign, got, want);
+                if (ty != LM_Q4_0 && ty != LM_Q5_0 && ty != LM_Q8_0)
+                    continue;
+                /* the same codes as the file holds them, through the row kernel: scale 1, then the
+                   code bytes (Q8_0: 127 or -128; Q4_0, Q5_0: all bits set or none) */
+                size_t bs = lm_row_bytes(ty, 32);
+                for (int b = 0; b < K / 32; b++) {
+                    memcpy(raw + b * bs, &(uint16_t){0x3c00}, 2);
+                    memset(raw + b * bs + 2, ty == LM_Q8_0 ? (code ? 0x7f : 0x80) : (code ? 0xff : 0), bs - 2);
+                }
+                qrow_init(&w);
+                lm_qrow_decode_scalar(&w.r, ty, raw, K);
+                want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR);
+                ck_assert(lm_rows_b32_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
+                ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
+                              lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
             }
 }
 END_TEST
