@@ -37,7 +37,7 @@ A64_CC  = aarch64-linux-gnu-gcc
 A64_RUN = qemu-aarch64 -cpu max
 DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 endif
-NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c lm/quant.c
+NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c lm/qdot_avx2.c lm/quant.c
 
 .PHONY: all check check-asan check-aarch64 run bench install clean portable deps fuzz
 
@@ -94,7 +94,7 @@ build/fuzz/%.o: %.c
 # clang's pointer-overflow check on the unrolled SIMD kernels takes minutes to
 # compile (230 s for attention_simd.c, 13 s without it); ASan still checks
 # every access they make, and the gcc sanitizer build keeps the check.
-$(patsubst %.c,build/fuzz/%.o,$(wildcard lm/*_simd.c) lm/qgemm.c lm/qgemm_amx.c): FUZZ_EXTRA = -fno-sanitize=pointer-overflow
+$(patsubst %.c,build/fuzz/%.o,$(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/qgemm.c lm/qgemm_amx.c): FUZZ_EXTRA = -fno-sanitize=pointer-overflow
 
 tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FOBJ)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) \

@@ -3,17 +3,14 @@
  * Every function here computes exactly what its scalar twin computes (same
  * integer sums, same fused multiply-adds in the same lanes, same final tree),
  * so switching paths never changes a bit of the logits; tests compare them.
- *   decoders  AVX2: nibble and bit unpacking of Q4_0, Q5_0, Q8_0, Q4_K,
- *             Q5_K and Q6_K rows into unsigned codes;
- *   dots      AVX2: pairs of byte products (maddubs), for CPUs without
- *             AVX-512;
- *             AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
+ *   dots      AVX-512 VNNI, one token: vpdpbusd over 64 codes, seeded with
  *             the offset correction; each block's sum scaled into 16 float
  *             lanes (32-element blocks) or one sum (K-quants).  Rows read
  *             straight from the weights against up to 8 tokens: 32-element
  *             blocks here, K-quants in qrow_k.c; groups of 16 tokens go
  *             through qgemm.c.
- * aarch64 has its dots in qdot_neon.c; other CPUs use the scalar paths.
+ * CPUs with AVX2 but not AVX-512 have theirs in qdot_avx2.c, aarch64 in
+ * qdot_neon.c; other CPUs use the scalar paths.
  */
 #include "internal.h"
 #include "simd.h"
@@ -45,144 +42,6 @@ int lm_cpu_isa(void)
     if (ymm && avx2 && fma && f16c)
         return LM_ISA_AVX2;
     return LM_ISA_SCALAR;
-}
-
-/* ---------------------------------------------------------- decoders */
-
-AVX2 static inline float half(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-/* 16 bytes of nibbles -> 32 codes: low nibbles first, then high. */
-AVX2 static inline __m256i nibbles32(const uint8_t *p)
-{
-    __m128i x = _mm_loadu_si128((const __m128i *)p);
-    __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-}
-
-/* 32 bits -> 32 bytes of 0x00 / 0x10 (the fifth bit of Q5 codes). */
-AVX2 static inline __m256i bits32(uint32_t bits)
-{
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
-    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-}
-
-AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
-{
-    const uint32_t t = r->type;
-    const size_t bs = lm_type_size(t);
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + (size_t)i * bs;
-        __m256i u;
-        r->d[i] = half(b);
-        r->m[i] = 0.0f;
-        if (t == LM_Q8_0) {
-            u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
-        } else if (t == LM_Q4_0) {
-            u = nibbles32(b + 2);
-        } else { /* Q5_0 */
-            uint32_t qh;
-            memcpy(&qh, b + 2, 4);
-            u = _mm256_or_si256(nibbles32(b + 6), bits32(qh));
-        }
-        _mm256_storeu_si256((__m256i *)(r->u + i * 32), u);
-    }
-}
-
-/* Q4_K, Q5_K: 4 chunks of 32 bytes, each 32 low then 32 high nibbles. */
-AVX2 static void codes_q45k(const uint8_t *b, uint8_t *u, int five)
-{
-    const uint8_t *ql = five ? b + 48 : b + 16;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-    for (int p = 0; p < 4; p++) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
-        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-        if (five) { /* bit 2p of qh[l] -> +16 on the low half, bit 2p+1 on the high */
-            __m256i one = _mm256_set1_epi8(1);
-            __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one);
-            __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-        }
-        _mm256_storeu_si256((__m256i *)(u + 64 * p), lo);
-        _mm256_storeu_si256((__m256i *)(u + 64 * p + 32), hi);
-    }
-}
-
-/* Q6_K: codes = low nibble | two high bits << 4, in four 32-wide stripes per half. */
-AVX2 static void codes_q6k(const uint8_t *b, uint8_t *u)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
-    for (int n = 0; n < 2; n++) {
-        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * n));
-        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
-        __m256i low[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                          _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-        for (int j = 0; j < 4; j++) {
-            __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
-            _mm256_storeu_si256((__m256i *)(u + 128 * n + 32 * j),
-                                _mm256_or_si256(low[j], _mm256_slli_epi16(h, 4)));
-        }
-    }
-}
-
-/* A K-quant super-block's codes. */
-AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
-{
-    if (type == LM_Q6_K)
-        codes_q6k(blk, u);
-    else
-        codes_q45k(blk, u, type == LM_Q5_K);
-}
-
-/*
- * lm_k_scales_decode for Q4_K, Q5_K and Q6_K, with each group scale
- * broadcast to its four lanes of sc4 and the factors converted by F16C.
- * (Loading sc[] as vectors right after its int stores stalls on the
- * store forwarding; one value at a time the spreading took longer than
- * the AVX2 dot itself.)
- */
-AVX2 static void k_scales_avx2(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
-{
-    int sc[16], mn[16];
-    lm_k_scales(t, b, sc, mn);
-    for (int g = 0; g < 16; g++) {
-        _mm_storeu_si128((__m128i *)(r->sc4 + i * 64 + 4 * g), _mm_set1_epi32(sc[g]));
-        r->mn[i * 16 + g] = (int16_t)mn[g];
-    }
-    r->d[i] = half(t == LM_Q6_K ? b + 208 : b);
-    r->m[i] = t == LM_Q6_K ? 0.0f : half(b + 2);
-}
-
-/* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
-AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
-{
-    const uint8_t *b = src;
-    r->type = type;
-    r->k = k;
-    if (type == LM_Q4_0 || type == LM_Q5_0 || type == LM_Q8_0) {
-        decode_b32_avx2(r, b, k / 32);
-        return 1;
-    }
-    if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
-        return 0;
-    const size_t bs = lm_type_size(type);
-    for (int64_t i = 0; i < k / 256; i++) {
-        k_scales_avx2(r, type, b + (size_t)i * bs, i);
-        k_codes(type, b + (size_t)i * bs, r->u + i * 256);
-    }
-    return 1;
 }
 
 /* ------------------------------------------------------------ dots */
@@ -219,14 +78,6 @@ AVX512 static inline __m512i block_totals16(const __m512i v[8])
     __m512i w0 = pair_sums(v[0], v[1]), w1 = pair_sums(v[2], v[3]);
     __m512i w2 = pair_sums(v[4], v[5]), w3 = pair_sums(v[6], v[7]);
     return pair_sums(pair_sums(w0, w1), pair_sums(w2, w3));
-}
-
-AVX2 static inline int32_t hsum8_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* lane b % 16 of acc += dd * total: one block outside a run of 16. */
@@ -297,212 +148,12 @@ AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
     return hsum16_avx512(acc);
 }
 
-/*
- * The dots without AVX-512 (AVX2 CPUs): maddubs multiplies unsigned by
- * signed bytes and adds each pair in 16 bits, saturating, and madd by ones
- * adds those pairs into 32 bits.  Codes of at most 7 bits against
- * activations within +-127 stay inside 16 bits (2 * 127 * 127), so a lane's
- * sum is exact, and the activation row's negcorr takes the code offset off
- * it.  Q8_0's 8-bit codes would not fit: they are centred first and their
- * signs moved onto the activations (2 * 128 * 127).  The sums are exact
- * integers and the float steps the scalar dots' own, in their lanes.
- */
-AVX2 static inline __m256i lane_sums_avx2(__m256i uu, const int8_t *a, const int32_t *negcorr, int q8)
-{
-    const __m256i aa = _mm256_loadu_si256((const __m256i *)a), ones = _mm256_set1_epi16(1);
-    if (q8) {
-        __m256i c = _mm256_xor_si256(uu, _mm256_set1_epi8((char)0x80)); /* u - 128 */
-        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(aa, c)), ones);
-    }
-    __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(uu, aa), ones);
-    return _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr));
-}
-
-/* The same for 32 decoded codes at u. */
-AVX2 static inline __m256i lanes32_avx2(const uint8_t *u, const int8_t *a, const int32_t *negcorr, int q8)
-{
-    return lane_sums_avx2(_mm256_loadu_si256((const __m256i *)u), a, negcorr, q8);
-}
-
-/* Element j of the result: the sum of v[j]'s 8 lanes. */
-AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
-{
-    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67); /* halves: 4 + 4 lanes */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
-/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j. */
-AVX2 static inline __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc)
-{
-    const int q8 = w->type == LM_Q8_0;
-    __m256i v[8];
-    for (int j = 0; j < 8; j++) {
-        int64_t e = (b + j) * 32;
-        v[j] = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8);
-    }
-    __m256 dd = _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b));
-    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
-}
-
-AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
-{
-    const int64_t nb = w->k / 32;
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 16 <= nb; b += 16) {
-        lo = blocks8_avx2(w, a, b, lo);
-        hi = blocks8_avx2(w, a, b + 8, hi);
-    }
-    float acc[16], mins = 0.0f;
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
-        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
-        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
-    }
-    if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
-        for (b = 0; b < nb; b++)
-            mins = __builtin_fmaf(w->m[b], a->s[b], mins);
-    return lm_hsum16(acc) + mins;
-}
-
-/* K-quant codes have at most 6 bits: every lane takes the maddubs path. */
-AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
-{
-    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
-    for (int64_t b = 0; b < w->k / 256; b++) {
-        __m256i sum = _mm256_setzero_si256();
-        for (int z = 0; z < 8; z++) {
-            int64_t e = b * 256 + 32 * z;
-            __m256i v = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, 0);
-            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(w->sc4 + e / 4)), v));
-        }
-        acc[b % LM_K_LANES] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(sum), acc[b % LM_K_LANES]);
-        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
-    }
-    return lm_k_total(acc, mins);
-}
-
-/* lm_dot_f_scalar's 16 lanes as two vectors of 8. */
-AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
-{
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
-    }
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (int j = 0; i < n; i++, j++)
-        acc[j] = __builtin_fmaf(x[i], y[i], acc[j]);
-    return lm_hsum16(acc);
-}
-
-/* Block i's 32 codes (code offset kept) of a Q4_0, Q5_0 or Q8_0 row, straight from the file. */
-AVX2 static INLINE __m256i raw_codes32(uint32_t t, const uint8_t *blk)
-{
-    if (t == LM_Q4_0)
-        return nibbles32(blk + 2);
-    if (t == LM_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    uint32_t qh; /* Q5_0 */
-    memcpy(&qh, blk + 2, 4);
-    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
-}
-
-/* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
-AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
-{
-    const int64_t nb = k / 32;
-    const int q8 = t == LM_Q8_0;
-    __m256 acc8[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t b = 0;
-    for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(row + b * bs, 16 * bs);
-        for (int h = 0; h < 2; h++) {
-            __m256i v[8];
-            uint16_t dh[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) {
-                const int64_t i = b + 8 * h + j;
-                const uint8_t *blk = row + i * bs;
-                memcpy(&dh[j], blk, 2);
-                v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, q8);
-            }
-            __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
-                                                       (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
-            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + b + 8 * h));
-            acc8[h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc8[h]);
-        }
-    }
-    float acc[16];
-    _mm256_storeu_ps(acc, acc8[0]);
-    _mm256_storeu_ps(acc + 8, acc8[1]);
-    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
-        const uint8_t *blk = row + b * bs;
-        __m256i v = lane_sums_avx2(raw_codes32(t, blk), a->qs + b * 32, a->negcorr + b * 8, q8);
-        acc[b % 16] = __builtin_fmaf(half(blk) * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
-    }
-    return lm_hsum16(acc);
-}
-
-/* Rows one after another, each type a function of its own (the type a constant inside). */
-#define ROWS_B32_AVX2(name, t, bs)                                                                   \
-    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
-                                                    int64_t k, const act_row *a, float *out)         \
-    {                                                                                                \
-        for (int64_t r = 0; r < nr; r++)                                                             \
-            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
-    }
-ROWS_B32_AVX2(rows_q4_0_avx2, LM_Q4_0, 18)
-ROWS_B32_AVX2(rows_q5_0_avx2, LM_Q5_0, 22)
-ROWS_B32_AVX2(rows_q8_0_avx2, LM_Q8_0, 34)
-#undef ROWS_B32_AVX2
-
-/*
- * One token through nr Q4_0, Q5_0 or Q8_0 rows (rb bytes apart) without
- * decoding them first: generation reads each row once, and the decoded
- * row's stores and loads had cost as much as the dot.  Returns 0, doing
- * nothing, for other types.
- */
-AVX2 int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                          float *out)
-{
-    if (t == LM_Q4_0)
-        rows_q4_0_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q5_0)
-        rows_q5_0_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q8_0)
-        rows_q8_0_avx2(row0, rb, nr, k, a, out);
-    else
-        return 0;
-    return 1;
-}
-
 #else /* not x86: scalar, or NEON's dots (qdot_neon.c) */
 
 int lm_cpu_isa(void) { return lm_cpu_neon_dot() ? LM_ISA_NEON : LM_ISA_SCALAR; }
-int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
-{
-    (void)r, (void)type, (void)src, (void)k;
-    return 0;
-}
 float lm_dot_b32_avx512(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx512(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
-float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
-float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
-float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
-int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                     float *out)
-{
-    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
-    return 0;
-}
 
 #endif
 

@@ -1,6 +1,6 @@
 /*
- * lm/simd.h - what the x86 kernel files share (qdot_simd.c, qgemm.c,
- * attention_simd.c): the target attributes that let one binary carry
+ * lm/simd.h - what the x86 kernel files share (qdot_simd.c, qdot_avx2.c,
+ * qgemm.c, attention_simd.c): the target attributes that let one binary carry
  * AVX2 and AVX-512 code for CPUs chosen at run time, the one tree by
  * which every path adds 16 float lanes, and helpers more than one file uses.
  */
@@ -8,6 +8,8 @@
 #define LM_SIMD_H
 
 #include "internal.h"
+
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -23,6 +25,42 @@ AVX512 static INLINE float hsum16_avx512(__m512 acc)
     __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
     __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* The f16 at p as f32, by F16C. */
+AVX2 static inline float half(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 codes: low nibbles first, then high. */
+AVX2 static inline __m256i nibbles32(const uint8_t *p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* 32 bits -> 32 bytes of 0x00 / 0x10 (the fifth bit of Q5 codes). */
+AVX2 static inline __m256i bits32(uint32_t bits)
+{
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/* The sum of 8 int32 lanes. */
+AVX2 static inline int32_t hsum8_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
 }
 
 /*

@@ -575,7 +575,9 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
                       want[t]);
     }
     if (isa == LM_ISA_AVX2) {
-        for (int t = 0; t < 8 && lm_rows_b32_avx2(ty, row, lm_row_bytes(ty, k), 1, k, &ar[t], &got[t]); t++)
+        const size_t rb = lm_row_bytes(ty, k);
+        for (int t = 0; t < 8 && (lm_rows_b32_avx2(ty, row, rb, 1, k, &ar[t], &got[t]) ||
+                                  lm_rows_k_avx2(ty, row, rb, 1, k, &ar[t], &got[t])); t++)
             ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d token %d: AVX2 row %a vs scalar %a",
                           lm_type_name(ty), k, t, got[t], want[t]);
         return;
@@ -669,19 +671,32 @@ START_TEST(test_avx2_dots_extreme)
                 float want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR), got = lm_qrow_dot(&w.r, &ar, LM_ISA_AVX2);
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s codes %s, activations %d: %a vs %a", lm_type_name(ty),
                               code ? "largest" : "0", 127 * sign, got, want);
-                if (ty != LM_Q4_0 && ty != LM_Q5_0 && ty != LM_Q8_0)
+                if (ty == LM_Q4_1 || ty == LM_Q5_1 || ty == LM_Q2_K || ty == LM_Q3_K)
                     continue;
-                /* the same codes as the file holds them, through the row kernel: scale 1, then the
-                   code bytes (Q8_0: 127 or -128; Q4_0, Q5_0: all bits set or none) */
-                size_t bs = lm_row_bytes(ty, 32);
-                for (int b = 0; b < K / 32; b++) {
-                    memcpy(raw + b * bs, &(uint16_t){0x3c00}, 2);
-                    memset(raw + b * bs + 2, ty == LM_Q8_0 ? (code ? 0x7f : 0x80) : (code ? 0xff : 0), bs - 2);
+                /* the same codes as the file holds them, through the row kernels: factors 1, then
+                   the code bytes (Q8_0: 127 or -128; the others all bits set or none) under the
+                   largest scales (Q4_K, Q5_K: 63 and mins 63; Q6_K: -128) */
+                const int kq = lm_type_block(ty) == 256;
+                size_t bs = lm_row_bytes(ty, kq ? 256 : 32);
+                for (int b = 0; b < K / (kq ? 256 : 32); b++) {
+                    uint8_t *blk = raw + b * bs;
+                    memset(blk, ty == LM_Q8_0 ? (code ? 0x7f : 0x80) : (code ? 0xff : 0), bs);
+                    if (ty == LM_Q6_K) {
+                        memset(blk + 192, 0x80, 16);
+                        memcpy(blk + 208, &(uint16_t){0x3c00}, 2);
+                    } else if (kq) {
+                        memset(blk + 4, 0xff, 12);
+                        memcpy(blk, &(uint16_t){0x3c00}, 2);
+                        memcpy(blk + 2, &(uint16_t){0x3c00}, 2);
+                    } else {
+                        memcpy(blk, &(uint16_t){0x3c00}, 2);
+                    }
                 }
                 qrow_init(&w);
                 lm_qrow_decode_scalar(&w.r, ty, raw, K);
                 want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR);
-                ck_assert(lm_rows_b32_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
+                ck_assert(lm_rows_b32_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got) ||
+                          lm_rows_k_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
                               lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
             }

@@ -1,0 +1,472 @@
+/*
+ * lm/qdot_avx2.c - qdot.c's fast paths for x86 CPUs with AVX2 but not
+ * AVX-512 (chosen at run time): the decoders that unpack Q4_0, Q5_0, Q8_0,
+ * Q4_K, Q5_K and Q6_K rows into unsigned codes (AVX-512 CPUs use them
+ * too), the integer dots of decoded rows, and one token through Q4_0,
+ * Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows read as the file stores them.
+ * Every sum is the exact integer of the scalar dot and every float step
+ * its own, so the logits are bitwise those of the other paths; tests
+ * compare them.
+ */
+#include "internal.h"
+#include "simd.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* ---------------------------------------------------------- decoders */
+
+AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
+{
+    const uint32_t t = r->type;
+    const size_t bs = lm_type_size(t);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + (size_t)i * bs;
+        __m256i u;
+        r->d[i] = half(b);
+        r->m[i] = 0.0f;
+        if (t == LM_Q8_0) {
+            u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
+        } else if (t == LM_Q4_0) {
+            u = nibbles32(b + 2);
+        } else { /* Q5_0 */
+            uint32_t qh;
+            memcpy(&qh, b + 2, 4);
+            u = _mm256_or_si256(nibbles32(b + 6), bits32(qh));
+        }
+        _mm256_storeu_si256((__m256i *)(r->u + i * 32), u);
+    }
+}
+
+/* Q4_K, Q5_K: 4 chunks of 32 bytes, each 32 low then 32 high nibbles. */
+AVX2 static void codes_q45k(const uint8_t *b, uint8_t *u, int five)
+{
+    const uint8_t *ql = five ? b + 48 : b + 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
+        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+        if (five) { /* bit 2p of qh[l] -> +16 on the low half, bit 2p+1 on the high */
+            __m256i one = _mm256_set1_epi8(1);
+            __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one);
+            __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+        }
+        _mm256_storeu_si256((__m256i *)(u + 64 * p), lo);
+        _mm256_storeu_si256((__m256i *)(u + 64 * p + 32), hi);
+    }
+}
+
+/* Q6_K: codes = low nibble | two high bits << 4, in four 32-wide stripes per half. */
+AVX2 static void codes_q6k(const uint8_t *b, uint8_t *u)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    for (int n = 0; n < 2; n++) {
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * n));
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
+        __m256i low[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                          _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        for (int j = 0; j < 4; j++) {
+            __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
+            _mm256_storeu_si256((__m256i *)(u + 128 * n + 32 * j),
+                                _mm256_or_si256(low[j], _mm256_slli_epi16(h, 4)));
+        }
+    }
+}
+
+/* A K-quant super-block's codes. */
+AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
+{
+    if (type == LM_Q6_K)
+        codes_q6k(blk, u);
+    else
+        codes_q45k(blk, u, type == LM_Q5_K);
+}
+
+/*
+ * lm_k_scales_decode for Q4_K, Q5_K and Q6_K, with each group scale
+ * broadcast to its four lanes of sc4 and the factors converted by F16C.
+ * (Loading sc[] as vectors right after its int stores stalls on the
+ * store forwarding; one value at a time the spreading took longer than
+ * the AVX2 dot itself.)
+ */
+AVX2 static void k_scales_avx2(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
+{
+    int sc[16], mn[16];
+    lm_k_scales(t, b, sc, mn);
+    for (int g = 0; g < 16; g++) {
+        _mm_storeu_si128((__m128i *)(r->sc4 + i * 64 + 4 * g), _mm_set1_epi32(sc[g]));
+        r->mn[i * 16 + g] = (int16_t)mn[g];
+    }
+    r->d[i] = half(t == LM_Q6_K ? b + 208 : b);
+    r->m[i] = t == LM_Q6_K ? 0.0f : half(b + 2);
+}
+
+/* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
+AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
+{
+    const uint8_t *b = src;
+    r->type = type;
+    r->k = k;
+    if (type == LM_Q4_0 || type == LM_Q5_0 || type == LM_Q8_0) {
+        decode_b32_avx2(r, b, k / 32);
+        return 1;
+    }
+    if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
+        return 0;
+    const size_t bs = lm_type_size(type);
+    for (int64_t i = 0; i < k / 256; i++) {
+        k_scales_avx2(r, type, b + (size_t)i * bs, i);
+        k_codes(type, b + (size_t)i * bs, r->u + i * 256);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ dots */
+
+/*
+ * The dots without AVX-512 (AVX2 CPUs): maddubs multiplies unsigned by
+ * signed bytes and adds each pair in 16 bits, saturating, and madd by ones
+ * adds those pairs into 32 bits.  Codes of at most 7 bits against
+ * activations within +-127 stay inside 16 bits (2 * 127 * 127), so a lane's
+ * sum is exact, and the activation row's negcorr takes the code offset off
+ * it.  Q8_0's 8-bit codes would not fit: they are centred first and their
+ * signs moved onto the activations (2 * 128 * 127).  The sums are exact
+ * integers and the float steps the scalar dots' own, in their lanes.
+ */
+AVX2 static inline __m256i lane_sums_avx2(__m256i uu, const int8_t *a, const int32_t *negcorr, int q8)
+{
+    const __m256i aa = _mm256_loadu_si256((const __m256i *)a), ones = _mm256_set1_epi16(1);
+    if (q8) {
+        __m256i c = _mm256_xor_si256(uu, _mm256_set1_epi8((char)0x80)); /* u - 128 */
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(aa, c)), ones);
+    }
+    __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(uu, aa), ones);
+    return _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr));
+}
+
+/* The same for 32 decoded codes at u. */
+AVX2 static inline __m256i lanes32_avx2(const uint8_t *u, const int8_t *a, const int32_t *negcorr, int q8)
+{
+    return lane_sums_avx2(_mm256_loadu_si256((const __m256i *)u), a, negcorr, q8);
+}
+
+/* Element j of the result: the sum of v[j]'s 8 lanes. */
+AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
+{
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67); /* halves: 4 + 4 lanes */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j. */
+AVX2 static inline __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc)
+{
+    const int q8 = w->type == LM_Q8_0;
+    __m256i v[8];
+    for (int j = 0; j < 8; j++) {
+        int64_t e = (b + j) * 32;
+        v[j] = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8);
+    }
+    __m256 dd = _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b));
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
+}
+
+AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
+{
+    const int64_t nb = w->k / 32;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        lo = blocks8_avx2(w, a, b, lo);
+        hi = blocks8_avx2(w, a, b + 8, hi);
+    }
+    float acc[16], mins = 0.0f;
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
+        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
+        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
+    }
+    if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+        for (b = 0; b < nb; b++)
+            mins = __builtin_fmaf(w->m[b], a->s[b], mins);
+    return lm_hsum16(acc) + mins;
+}
+
+/* K-quant codes have at most 6 bits: every lane takes the maddubs path. */
+AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
+{
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
+    for (int64_t b = 0; b < w->k / 256; b++) {
+        __m256i sum = _mm256_setzero_si256();
+        for (int z = 0; z < 8; z++) {
+            int64_t e = b * 256 + 32 * z;
+            __m256i v = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, 0);
+            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(w->sc4 + e / 4)), v));
+        }
+        acc[b % LM_K_LANES] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(sum), acc[b % LM_K_LANES]);
+        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
+    }
+    return lm_k_total(acc, mins);
+}
+
+/* lm_dot_f_scalar's 16 lanes as two vectors of 8. */
+AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
+    }
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int j = 0; i < n; i++, j++)
+        acc[j] = __builtin_fmaf(x[i], y[i], acc[j]);
+    return lm_hsum16(acc);
+}
+
+/* Block i's 32 codes (code offset kept) of a Q4_0, Q5_0 or Q8_0 row, straight from the file. */
+AVX2 static INLINE __m256i raw_codes32(uint32_t t, const uint8_t *blk)
+{
+    if (t == LM_Q4_0)
+        return nibbles32(blk + 2);
+    if (t == LM_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    uint32_t qh; /* Q5_0 */
+    memcpy(&qh, blk + 2, 4);
+    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
+}
+
+/* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
+AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+{
+    const int64_t nb = k / 32;
+    const int q8 = t == LM_Q8_0;
+    __m256 acc8[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        lm_prefetch_ahead(row + b * bs, 16 * bs);
+        for (int h = 0; h < 2; h++) {
+            __m256i v[8];
+            uint16_t dh[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const int64_t i = b + 8 * h + j;
+                const uint8_t *blk = row + i * bs;
+                memcpy(&dh[j], blk, 2);
+                v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, q8);
+            }
+            __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
+                                                       (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + b + 8 * h));
+            acc8[h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc8[h]);
+        }
+    }
+    float acc[16];
+    _mm256_storeu_ps(acc, acc8[0]);
+    _mm256_storeu_ps(acc + 8, acc8[1]);
+    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
+        const uint8_t *blk = row + b * bs;
+        __m256i v = lane_sums_avx2(raw_codes32(t, blk), a->qs + b * 32, a->negcorr + b * 8, q8);
+        acc[b % 16] = __builtin_fmaf(half(blk) * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
+    }
+    return lm_hsum16(acc);
+}
+
+/* Rows one after another, each type a function of its own (the type a constant inside). */
+#define ROWS_B32_AVX2(name, t, bs)                                                                   \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
+                                                    int64_t k, const act_row *a, float *out)         \
+    {                                                                                                \
+        for (int64_t r = 0; r < nr; r++)                                                             \
+            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
+    }
+ROWS_B32_AVX2(rows_q4_0_avx2, LM_Q4_0, 18)
+ROWS_B32_AVX2(rows_q5_0_avx2, LM_Q5_0, 22)
+ROWS_B32_AVX2(rows_q8_0_avx2, LM_Q8_0, 34)
+#undef ROWS_B32_AVX2
+
+/*
+ * One token through nr Q4_0, Q5_0 or Q8_0 rows (rb bytes apart) without
+ * decoding them first: generation reads each row once, and the decoded
+ * row's stores and loads had cost as much as the dot.  Returns 0, doing
+ * nothing, for other types.
+ */
+AVX2 int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                          float *out)
+{
+    if (t == LM_Q4_0)
+        rows_q4_0_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q5_0)
+        rows_q5_0_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q8_0)
+        rows_q8_0_avx2(row0, rb, nr, k, a, out);
+    else
+        return 0;
+    return 1;
+}
+
+/* Scale times code times activation over 32 codes (groups with scales s0, s1), into acc's lanes. */
+AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a, int s0, int s1)
+{
+    __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)a)); /* codes < 64: exact */
+    __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+}
+
+/*
+ * Q4_K and Q5_K's eight 6-bit scales (sc8) and mins (mn8) from the
+ * block's 12 scale bytes, a byte each, computed in registers: stored
+ * as ints and read back as vectors they stalled on the store forwarding.
+ * Byte j is lm_k_scales' group 2j (and 2j + 1).
+ */
+static inline void k4_scales8(const uint8_t *q, uint64_t *sc8, uint64_t *mn8)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4), memcpy(&u1, q + 4, 4), memcpy(&u2, q + 8, 4);
+    const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+    uint32_t sc_hi = (u2 & four) | (((u0 >> 6) & two) << 4), mn_hi = ((u2 >> 4) & four) | (((u1 >> 6) & two) << 4);
+    *sc8 = (u0 & six) | (uint64_t)sc_hi << 32;
+    *mn8 = (u1 & six) | (uint64_t)mn_hi << 32;
+}
+
+/* Group g's scale of a Q4_K/Q5_K (sc8) or Q6_K (int8 at blk + 192) super-block. */
+#define GROUP_SCALE(t, blk, sc8, g) \
+    ((t) == LM_Q6_K ? (int)(int8_t)(blk)[192 + (g)] : (int)(((sc8) >> (8 * ((g) / 2))) & 0xff))
+
+/* The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code * activation, in 8 lanes. */
+AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, uint64_t sc8)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    if (t == LM_Q6_K) { /* as codes_q6k: 32 codes at 128n + 32j, groups 8n + 2j and + 1 */
+        for (int n = 0; n < 2; n++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * n));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * n + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+            __m256i low[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                              _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
+                __m256i u = _mm256_or_si256(low[j], _mm256_slli_epi16(h, 4));
+                int g = 8 * n + 2 * j;
+                acc = scaled_chunk(acc, u, a + 16 * g, GROUP_SCALE(t, blk, sc8, g), GROUP_SCALE(t, blk, sc8, g + 1));
+            }
+        }
+        return acc;
+    }
+    const uint8_t *ql = t == LM_Q5_K ? blk + 48 : blk + 16; /* as codes_q45k */
+    const __m256i qh = t == LM_Q5_K ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
+        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+        if (t == LM_Q5_K) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
+        }
+        int s_lo = GROUP_SCALE(t, blk, sc8, 4 * p), s_hi = GROUP_SCALE(t, blk, sc8, 4 * p + 2);
+        acc = scaled_chunk(acc, lo, a + 64 * p, s_lo, s_lo);
+        acc = scaled_chunk(acc, hi, a + 64 * p + 32, s_hi, s_hi);
+    }
+    return acc;
+}
+
+/* Sum over the 16 groups of (per-group value) * (group's activation sum): vals as 16 int16. */
+AVX2 static inline int32_t group_dot16(__m256i vals16, const int16_t *s16)
+{
+    return hsum8_epi32(_mm256_madd_epi16(vals16, _mm256_loadu_si256((const __m256i *)s16)));
+}
+
+/*
+ * lm_dot_k_avx2 on a row's super-blocks as stored.  The code offset (Q6_K:
+ * 32) comes off as offset * sum of scale * group's activation sum, an
+ * exact integer as well; the float steps are lm_dot_k_scalar's.
+ */
+AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+{
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bs;
+        const int16_t *s16 = a->sum16 + b * 16;
+        lm_prefetch_ahead(blk, bs);
+        uint64_t sc8 = 0, mn8 = 0;
+        int32_t corr = 0, msum = 0;
+        if (t == LM_Q6_K) { /* codes 0..63 for -32..31: 32 * sum of scale * activation sum off */
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+            corr = 32 * group_dot16(sc16, s16);
+        } else {
+            k4_scales8(blk + 4, &sc8, &mn8);
+            __m128i m8 = _mm_cvtsi64_si128((long long)mn8);
+            msum = group_dot16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), s16); /* each min twice */
+        }
+        int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, sc8)) - corr;
+        float d = half(t == LM_Q6_K ? blk + 208 : blk), m = t == LM_Q6_K ? 0.0f : half(blk + 2);
+        acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
+        mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
+    }
+    return lm_k_total(acc, mins);
+}
+
+#define ROWS_K_AVX2(name, t, bs)                                                                     \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
+                                                    int64_t k, const act_row *a, float *out)         \
+    {                                                                                                \
+        for (int64_t r = 0; r < nr; r++)                                                             \
+            out[r] = row_k_avx2(t, row0 + (size_t)r * rb, bs, k, a);                                 \
+    }
+ROWS_K_AVX2(rows_q4_k_avx2, LM_Q4_K, 144)
+ROWS_K_AVX2(rows_q5_k_avx2, LM_Q5_K, 176)
+ROWS_K_AVX2(rows_q6_k_avx2, LM_Q6_K, 210)
+#undef ROWS_K_AVX2
+
+/* lm_rows_b32_avx2 for Q4_K, Q5_K and Q6_K rows. */
+AVX2 int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                        float *out)
+{
+    if (t == LM_Q4_K)
+        rows_q4_k_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q5_K)
+        rows_q5_k_avx2(row0, rb, nr, k, a, out);
+    else if (t == LM_Q6_K)
+        rows_q6_k_avx2(row0, rb, nr, k, a, out);
+    else
+        return 0;
+    return 1;
+}
+
+#else /* not x86 */
+
+int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
+{
+    (void)r, (void)type, (void)src, (void)k;
+    return 0;
+}
+float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
+float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
+float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
+int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                     float *out)
+{
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
+    return 0;
+}
+int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                   float *out)
+{
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
+    return 0;
+}
+
+#endif
