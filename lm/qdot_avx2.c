@@ -165,11 +165,11 @@ AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
     return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j. */
-AVX2 static inline __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc)
+/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j (q8: a constant). */
+AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc, int q8)
 {
-    const int q8 = w->type == LM_Q8_0;
     __m256i v[8];
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         int64_t e = (b + j) * 32;
         v[j] = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8);
@@ -178,26 +178,49 @@ AVX2 static inline __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t 
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
 }
 
-AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
+/* lm_hsum16 of the 16 lanes lo (0-7) and hi (8-15), in its tree. */
+AVX2 static inline float hsum16_avx2(__m256 lo, __m256 hi)
+{
+    __m256 t8 = _mm256_add_ps(lo, hi);
+    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* The 16 lanes of a 32-element-block dot, with blocks b.. (the last 1-15) added one at a time. */
+AVX2 static inline float finish_b32(__m256 lo, __m256 hi, const qrow *w, const act_row *a, int64_t b, int64_t nb)
+{
+    if (b == nb)
+        return hsum16_avx2(lo, hi);
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (; b < nb; b++) {
+        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
+        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
+    }
+    return lm_hsum16(acc);
+}
+
+AVX2 static INLINE float dot_b32_avx2(const qrow *w, const act_row *a, int q8)
 {
     const int64_t nb = w->k / 32;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lo = blocks8_avx2(w, a, b, lo);
-        hi = blocks8_avx2(w, a, b + 8, hi);
+        lo = blocks8_avx2(w, a, b, lo, q8);
+        hi = blocks8_avx2(w, a, b + 8, hi, q8);
     }
-    float acc[16], mins = 0.0f;
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
-        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
-        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
-    }
+    float sum = finish_b32(lo, hi, w, a, b, nb), mins = 0.0f;
     if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
         for (b = 0; b < nb; b++)
             mins = __builtin_fmaf(w->m[b], a->s[b], mins);
-    return lm_hsum16(acc) + mins;
+    return sum + mins;
+}
+
+AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
+{
+    return w->type == LM_Q8_0 ? dot_b32_avx2(w, a, 1) : dot_b32_avx2(w, a, 0);
 }
 
 /* K-quant codes have at most 6 bits: every lane takes the maddubs path. */
@@ -271,6 +294,8 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
             acc8[h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc8[h]);
         }
     }
+    if (b == nb)
+        return hsum16_avx2(acc8[0], acc8[1]);
     float acc[16];
     _mm256_storeu_ps(acc, acc8[0]);
     _mm256_storeu_ps(acc + 8, acc8[1]);
