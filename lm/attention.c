@@ -251,7 +251,8 @@ static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float
     float *out = qa->out;
     float mx = scores_one(kv, k_head(kv, il, kh), qa->q, lo, pos, scale, cap, scores);
     float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
-                                     : lm_softmax_exp(scores, lo, pos, mx);
+                : isa == LM_ISA_AVX2     ? lm_softmax_exp_avx2(scores, lo, pos, mx)
+                                         : lm_softmax_exp(scores, lo, pos, mx);
     memset(out, 0, (size_t)hdv * sizeof *out);
     const size_t vb = v_head(kv, il, kh);
     for (int j = lo; j <= pos; j++) /* fused, as the AVX-512 path */
@@ -279,6 +280,9 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
     if (isa >= LM_ISA_AVX512 && lm_attend_group_avx512(qs, n, k0, v0, kv->head_dim,
                                                        kv->head_dim_v, scale, cap, scores,
                                                        sstride, acc, f16))
+        return;
+    if (isa == LM_ISA_AVX2 && lm_attend_group_avx2(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
+                                                   scores, sstride, acc, f16))
         return;
     for (int a = 0; a < n; a++)
         attend_one(kv, il, kh, &qs[a], scale, cap, scores, isa);

@@ -223,19 +223,28 @@ AVX2 float lm_dot_b32_avx2(const qrow *w, const act_row *a)
     return w->type == LM_Q8_0 ? dot_b32_avx2(w, a, 1) : dot_b32_avx2(w, a, 0);
 }
 
+/* Sum over the 16 groups of (per-group value) * (group's activation sum): vals as 16 int16. */
+AVX2 static inline int32_t group_dot16(__m256i vals16, const int16_t *s16)
+{
+    return hsum8_epi32(_mm256_madd_epi16(vals16, _mm256_loadu_si256((const __m256i *)s16)));
+}
+
 /* K-quant codes have at most 6 bits: every lane takes the maddubs path. */
 AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
 {
     float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
     for (int64_t b = 0; b < w->k / 256; b++) {
         __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int z = 0; z < 8; z++) {
             int64_t e = b * 256 + 32 * z;
             __m256i v = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, 0);
             sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(w->sc4 + e / 4)), v));
         }
         acc[b % LM_K_LANES] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(sum), acc[b % LM_K_LANES]);
-        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
+        /* lm_k_mins, its integer sum in one multiply-add of 16 pairs */
+        int32_t msum = group_dot16(_mm256_loadu_si256((const __m256i *)(w->mn + b * 16)), a->sum16 + b * 16);
+        mins[b % LM_K_LANES] += (w->m[b] * a->d[b]) * (float)msum;
     }
     return lm_k_total(acc, mins);
 }
@@ -406,12 +415,6 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
         acc = scaled_chunk(acc, hi, a + 64 * p + 32, s_hi, s_hi);
     }
     return acc;
-}
-
-/* Sum over the 16 groups of (per-group value) * (group's activation sum): vals as 16 int16. */
-AVX2 static inline int32_t group_dot16(__m256i vals16, const int16_t *s16)
-{
-    return hsum8_epi32(_mm256_madd_epi16(vals16, _mm256_loadu_si256((const __m256i *)s16)));
 }
 
 /*

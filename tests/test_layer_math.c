@@ -130,11 +130,15 @@ static void keys_to_tiles(const float *k, int n, int hd, float *t, uint16_t *t16
         }
 }
 
+typedef int (*attend_fn)(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv, float scale,
+                         float cap, float *scores, size_t sstride, float *acc, int f16);
+
 /*
  * The AVX-512 attention (groups of queries over blocks of keys, K in tiles
  * of 16 positions, vector exp) gives every query the portable bytes, whatever the
  * other queries of its group: positions and windows differ within a group,
- * pairs share value loads, and rows span several key blocks.
+ * pairs share value loads, and rows span several key blocks.  So does the
+ * AVX2 one, a query at a time.
  */
 START_TEST(test_attention_fast_bitwise)
 {
@@ -144,7 +148,7 @@ START_TEST(test_attention_fast_bitwise)
     static float acc[NQ * LM_ATT_ACC];
     static uint16_t kt16[NPOS * HD], v16[N * HD];
     static float kt[NPOS * HD];
-    if (lm_cpu_isa() < LM_ISA_AVX512)
+    if (lm_cpu_isa() < LM_ISA_AVX2)
         return;
     for (int i = 0; i < N * HD; i++) {
         k[i] = lm_f16_to_f32(lm_f32_to_f16(sinf((float)i * 0.37f) * 3.0f));
@@ -153,8 +157,11 @@ START_TEST(test_attention_fast_bitwise)
     for (int i = 0; i < NQ * HD; i++)
         q[i] = sinf((float)i * 1.3f);
     static const int counts[] = {1, 6, NQ}; /* queries in a group */
-    for (int c = 0; c < 4 * 2 * 3 * 3; c++) {
-        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 3], start = 53 * (c / 24);
+    for (int c = 0; c < 4 * 2 * 3 * 3 * 2; c++) {
+        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 3], start = 53 * (c / 24 % 3);
+        attend_fn attend = c / 72 ? lm_attend_group_avx512 : lm_attend_group_avx2;
+        if (attend == lm_attend_group_avx512 && lm_cpu_isa() < LM_ISA_AVX512)
+            continue;
         float cap = start % 2 ? 0.0f : 2.0f, sc = 1.0f / sqrtf((float)hd);
         lm_attq qs[NQ];
         for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
@@ -162,13 +169,12 @@ START_TEST(test_attention_fast_bitwise)
             qs[a] = (lm_attq){q + a * HD, o2 + a * HD, lo, pos};
         }
         keys_to_tiles(k, N, hd, kt, kt16);
-        ck_assert(lm_attend_group_avx512(qs, n, f16 ? (void *)kt16 : kt, f16 ? (void *)v16 : v,
-                                         hd, hd, sc, cap, s2, N, acc, f16));
+        ck_assert(attend(qs, n, f16 ? (void *)kt16 : kt, f16 ? (void *)v16 : v, hd, hd, sc, cap, s2, N, acc, f16));
         for (int a = 0; a < n; a++) {
             attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, sc, cap, s1, o1);
             ck_assert_msg(!memcmp(o1, o2 + a * HD, (size_t)hd * 4),
-                          "hd %d f16 %d query %d of %d (lo %d pos %d)", hd, f16, a, n, qs[a].lo,
-                          qs[a].pos);
+                          "%s hd %d f16 %d query %d of %d (lo %d pos %d)", c / 72 ? "AVX-512" : "AVX2", hd, f16,
+                          a, n, qs[a].lo, qs[a].pos);
         }
     }
 }
@@ -182,9 +188,9 @@ END_TEST
  * some tiles hold keys that one query sees and another does not.
  */
 /* One group of n queries for test_attention_range_edges: ends and windows shifted by shift. */
-static void range_edges_case(const float *k, const float *v, const float *kt, const uint16_t *kt16,
-                             const uint16_t *v16, const float *q, int hd, int f16, int rising,
-                             int shift, int n)
+static void range_edges_case(attend_fn attend, const float *k, const float *v, const float *kt,
+                             const uint16_t *kt16, const uint16_t *v16, const float *q, int hd, int f16,
+                             int rising, int shift, int n)
 {
     static float s1[256], s2[LM_ATT_QMAX * 256], o1[128], o2[LM_ATT_QMAX * 128];
     static float acc[LM_ATT_QMAX * LM_ATT_ACC];
@@ -193,8 +199,8 @@ static void range_edges_case(const float *k, const float *v, const float *kt, co
         int pos = 100 + shift + 7 * a % 61, lo = rising ? 0 : 3 + shift + 5 * a % 37;
         qs[a] = (lm_attq){q + a * 128, o2 + a * 128, lo, pos};
     }
-    ck_assert(lm_attend_group_avx512(qs, n, f16 ? (const void *)kt16 : kt, f16 ? (const void *)v16 : v,
-                                     hd, hd, 0.125f, 0.0f, s2, 256, acc, f16));
+    ck_assert(attend(qs, n, f16 ? (const void *)kt16 : kt, f16 ? (const void *)v16 : v, hd, hd, 0.125f, 0.0f, s2,
+                     256, acc, f16));
     for (int a = 0; a < n; a++) {
         attend_ref(qs[a].q, k, v, qs[a].lo, qs[a].pos, hd, 0.125f, 0.0f, s1, o1);
         ck_assert_msg(!memcmp(o1, o2 + a * 128, (size_t)hd * 4),
@@ -208,7 +214,7 @@ START_TEST(test_attention_range_edges)
     enum { N = 200, NPOS = 208, HD = 128, NQ = LM_ATT_QMAX };
     static float k[N * HD], v[N * HD], q[NQ * HD], kt[NPOS * HD];
     static uint16_t kt16[NPOS * HD], v16[N * HD];
-    if (lm_cpu_isa() < LM_ISA_AVX512)
+    if (lm_cpu_isa() < LM_ISA_AVX2)
         return;
     for (int c = 0; c < 2 * 2 * 2; c++) {
         const int rising = c % 2, hd = c / 2 % 2 ? 128 : 64, f16 = c / 4;
@@ -223,8 +229,11 @@ START_TEST(test_attention_range_edges)
             q[i] = 0.5f + 0.01f * (float)(i % 5);
         keys_to_tiles(k, N, hd, kt, kt16);
         for (int shift = 0; shift < 16; shift++) /* every place in a tile for the ends */
-            for (int n = 1; n <= NQ; n += 5)
-                range_edges_case(k, v, kt, kt16, v16, q, hd, f16, rising, shift, n);
+            for (int n = 1; n <= NQ; n += 5) {
+                range_edges_case(lm_attend_group_avx2, k, v, kt, kt16, v16, q, hd, f16, rising, shift, n);
+                if (lm_cpu_isa() >= LM_ISA_AVX512)
+                    range_edges_case(lm_attend_group_avx512, k, v, kt, kt16, v16, q, hd, f16, rising, shift, n);
+            }
     }
 }
 END_TEST
