@@ -165,16 +165,24 @@ AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
     return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-/* Blocks b..b+7 (b + 8 <= nb) scaled into acc: block b + j in lane j (q8: a constant). */
-AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, __m256 acc, int q8)
+/* The lanes below m (0..8) set: where a run of fewer than 8 blocks puts its sums. */
+AVX2 static inline __m256i first_lanes(int m)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Blocks b..b+m-1 (m <= 8) of a decoded row scaled into acc's lanes 0..m-1 (see stored8_avx2). */
+AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, int m, __m256 acc, int q8)
 {
     __m256i v[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         int64_t e = (b + j) * 32;
-        v[j] = lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8);
+        v[j] = j < m ? lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8) : _mm256_setzero_si256();
     }
-    __m256 dd = _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b));
+    __m256 dd = m == 8 ? _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b))
+                       : _mm256_mul_ps(_mm256_maskload_ps(w->d + b, first_lanes(m)),
+                                       _mm256_maskload_ps(a->d + b, first_lanes(m)));
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
 }
 
@@ -187,31 +195,21 @@ AVX2 static inline float hsum16_avx2(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* The 16 lanes of a 32-element-block dot, with blocks b.. (the last 1-15) added one at a time. */
-AVX2 static inline float finish_b32(__m256 lo, __m256 hi, const qrow *w, const act_row *a, int64_t b, int64_t nb)
-{
-    if (b == nb)
-        return hsum16_avx2(lo, hi);
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (; b < nb; b++) {
-        __m256i v = lanes32_avx2(w->u + b * 32, a->qs + b * 32, a->negcorr + b * 8, w->type == LM_Q8_0);
-        acc[b % 16] = __builtin_fmaf(w->d[b] * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
-    }
-    return lm_hsum16(acc);
-}
-
 AVX2 static INLINE float dot_b32_avx2(const qrow *w, const act_row *a, int q8)
 {
     const int64_t nb = w->k / 32;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lo = blocks8_avx2(w, a, b, lo, q8);
-        hi = blocks8_avx2(w, a, b + 8, hi, q8);
+        lo = blocks8_avx2(w, a, b, 8, lo, q8);
+        hi = blocks8_avx2(w, a, b + 8, 8, hi, q8);
     }
-    float sum = finish_b32(lo, hi, w, a, b, nb), mins = 0.0f;
+    const int left = (int)(nb - b); /* the last 0-15 blocks: lanes 0.. of lo, then of hi */
+    if (left > 0)
+        lo = blocks8_avx2(w, a, b, left < 8 ? left : 8, lo, q8);
+    if (left > 8)
+        hi = blocks8_avx2(w, a, b + 8, left - 8, hi, q8);
+    float sum = hsum16_avx2(lo, hi), mins = 0.0f;
     if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
         for (b = 0; b < nb; b++)
             mins = __builtin_fmaf(w->m[b], a->s[b], mins);
@@ -279,41 +277,49 @@ AVX2 static INLINE __m256i raw_codes32(uint32_t t, const uint8_t *blk)
 }
 
 /* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
+/*
+ * Blocks b..b+m-1 (m <= 8, as stored) scaled into acc's lanes 0..m-1.
+ * The other lanes add 0 * 0: a lane of these sums is never -0 (it starts
+ * at +0, and a sum of exact zeros rounds to +0), so adding +0 leaves it as
+ * the scalar dot, which does not touch it, leaves it.
+ */
+AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t b, int m,
+                                       const act_row *a, __m256 acc)
+{
+    __m256i v[8];
+    uint16_t dh[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const int64_t i = b + j;
+        const uint8_t *blk = row + i * bs;
+        dh[j] = 0, v[j] = _mm256_setzero_si256();
+        if (j < m) {
+            memcpy(&dh[j], blk, 2);
+            v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, t == LM_Q8_0);
+        }
+    }
+    __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
+                                               (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
+    __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
+}
+
 AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
 {
     const int64_t nb = k / 32;
-    const int q8 = t == LM_Q8_0;
-    __m256 acc8[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
         lm_prefetch_ahead(row + b * bs, 16 * bs);
-        for (int h = 0; h < 2; h++) {
-            __m256i v[8];
-            uint16_t dh[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) {
-                const int64_t i = b + 8 * h + j;
-                const uint8_t *blk = row + i * bs;
-                memcpy(&dh[j], blk, 2);
-                v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, q8);
-            }
-            __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
-                                                       (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
-            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + b + 8 * h));
-            acc8[h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc8[h]);
-        }
+        lo = stored8_avx2(t, row, bs, b, 8, a, lo);
+        hi = stored8_avx2(t, row, bs, b + 8, 8, a, hi);
     }
-    if (b == nb)
-        return hsum16_avx2(acc8[0], acc8[1]);
-    float acc[16];
-    _mm256_storeu_ps(acc, acc8[0]);
-    _mm256_storeu_ps(acc + 8, acc8[1]);
-    for (; b < nb; b++) { /* the last 1-15 blocks one at a time */
-        const uint8_t *blk = row + b * bs;
-        __m256i v = lane_sums_avx2(raw_codes32(t, blk), a->qs + b * 32, a->negcorr + b * 8, q8);
-        acc[b % 16] = __builtin_fmaf(half(blk) * a->d[b], (float)hsum8_epi32(v), acc[b % 16]);
-    }
-    return lm_hsum16(acc);
+    const int left = (int)(nb - b); /* the last 0-15 blocks: lanes 0.. of lo, then of hi */
+    if (left > 0)
+        lo = stored8_avx2(t, row, bs, b, left < 8 ? left : 8, a, lo);
+    if (left > 8)
+        hi = stored8_avx2(t, row, bs, b + 8, left - 8, a, hi);
+    return hsum16_avx2(lo, hi);
 }
 
 /* Rows one after another, each type a function of its own (the type a constant inside). */
