@@ -188,7 +188,7 @@ float lm_silu(float g)
 /* g[i] = SiLU(g[i]) * up[i]: the gated FFN's product, the same bits on every path. */
 void lm_silu_mul(float *g, const float *up, size_t n, int isa)
 {
-    size_t i = isa >= LM_ISA_AVX512 ? lm_silu_mul_avx512(g, up, n) : 0;
+    size_t i = isa >= LM_ISA_AVX512 ? lm_silu_mul_avx512(g, up, n) : isa == LM_ISA_AVX2 ? lm_silu_mul_avx2(g, up, n) : 0;
     for (; i < n; i++)
         g[i] = lm_silu(g[i]) * up[i];
 }

@@ -1,6 +1,6 @@
 /*
- * lm/attention_avx2.c - attention for x86 CPUs with AVX2 but not AVX-512,
- * chosen at run time: one query at a time, its scores over the K tiles
+ * lm/attention_avx2.c - attention (and the FFN's SiLU) for x86 CPUs with
+ * AVX2 but not AVX-512, chosen at run time: one query at a time, its scores over the K tiles
  * eight keys to a vector, the softmax's exponentials eight at a time, its
  * weighted values eight components to a vector.  Each step is the portable
  * code's own (attention.c: the same multiply-adds in the same order, the
@@ -33,6 +33,19 @@ AVX2 static inline __m256 exp8_avx2(__m256 x)
     __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(sb));
     e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ));
     return _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
+}
+
+/* lm_silu_mul 8 values at a time, lm_silu's operations (lm_silu_mul_avx512's); returns how many it did. */
+AVX2 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        __m256 s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    return i;
 }
 
 /* lm_softmax_exp, 16 keys a step: two vectors, their lanes its 16 partial sums. */
@@ -164,6 +177,12 @@ AVX2 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const vo
 }
 
 #else
+
+size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
+{
+    (void)g, (void)up, (void)n;
+    return 0;
+}
 
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
 {

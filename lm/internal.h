@@ -70,6 +70,7 @@ size_t lm_act_row_bytes(int atype, int64_t k);
 void lm_act_layout(int atype, int64_t k, act_row *r, void *base);
 void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k); /* 0: not here */
+int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k);   /* 0: not here */
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
 void lm_k_scales(uint32_t type, const uint8_t *blk, int *sc, int *mn); /* super-block's 16 group scales, mins */
@@ -299,6 +300,7 @@ float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx);
+size_t lm_silu_mul_avx2(float *g, const float *up, size_t n);
 float lm_expf(float x);
 float lm_silu(float g);
 void lm_silu_mul(float *g, const float *up, size_t n, int isa);

@@ -363,7 +363,10 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     const int atype = lm_act_type(w->type);
     uint8_t *dst = s->act + (size_t)slot * lm_act_row_bytes(atype, k);
     act_row *a = &s->acts[slot];
-    if (s->isa < LM_ISA_AVX512 || !lm_quantize_act_avx512(w->type, x, dst, k))
+    int done = s->isa >= LM_ISA_AVX512 ? lm_quantize_act_avx512(w->type, x, dst, k)
+               : s->isa == LM_ISA_AVX2 ? lm_quantize_act_avx2(w->type, x, dst, k)
+                                       : 0;
+    if (!done)
         lm_quantize_act(w->type, x, dst, k);
     lm_act_layout(atype, k, a, dst);
     if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */

@@ -1,6 +1,6 @@
 /*
- * lm/qact_simd.c - the AVX-512 form of lm_quantize_act (qdot.c) for the
- * Q8_0 and Q8_K activations, chosen at run time.  Rounding a batch's
+ * lm/qact_simd.c - the AVX-512 and AVX2 forms of lm_quantize_act (qdot.c)
+ * for the Q8_0 and Q8_K activations, chosen at run time.  Rounding a batch's
  * activations was a sixth of a small model's prompt time in scalar code.
  * Every value is the scalar code's: the same maxima (NaN never wins), the
  * same products rounded the same way, the same exact integer sums; a test
@@ -122,12 +122,125 @@ AVX512 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int
     return 1;
 }
 
+/* ---- AVX2 (no AVX-512): the same values, 8 lanes at a time ---- */
+
+/* max(|x|, m) lane by lane, where a NaN x leaves m (as fabsf(x) > m does). */
+AVX2 static INLINE __m256 abs_max8(__m256 x, __m256 m)
+{
+    return _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), m);
+}
+
+/* The largest lane (no lane is NaN). */
+AVX2 static inline float hmax8(__m256 m)
+{
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* code8(nearbyintf(v)) for 8 values, as int32: NaN -> 0, clamped to [-128, 127]. */
+AVX2 static INLINE __m256i codes8(__m256 v)
+{
+    v = _mm256_round_ps(v, _MM_FROUND_CUR_DIRECTION);
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_cvtps_epi32(v);
+}
+
+/* 32 codes of x * scale into q, in order (the packs work per 128-bit half: a permute puts them back). */
+AVX2 static INLINE void codes32(const float *x, __m256 scale, int8_t *q)
+{
+    __m256i c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = codes8(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), scale));
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, b);
+}
+
+/* Q8_0 block b: d = max/127 rounded to f16 (F16C, to nearest even, as lm_f32_to_f16), codes x * 127/max. */
+AVX2 static void quant_b32_avx2(const float *x, act_row *r, int64_t b)
+{
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i += 8)
+        m = abs_max8(_mm256_loadu_ps(x + i), m);
+    float amax = hmax8(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    codes32(x, _mm256_set1_ps(id), r->qs + b * 32);
+    r->d[b] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    r->s[b] = 0.0f;
+}
+
+/* Q8_K super-block b: the scale from the first value of largest magnitude, sign and all. */
+AVX2 static void quant_k_avx2(const float *x, act_row *r, int64_t b)
+{
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 256; i += 8)
+        m = abs_max8(_mm256_loadu_ps(x + i), m);
+    float amax = hmax8(m), max = 0.0f;
+    int8_t *qs = r->qs + b * 256;
+    if (amax == 0.0f) {
+        memset(qs, 0, 256);
+        r->d[b] = 0.0f;
+        return;
+    }
+    const __m256 am = _mm256_set1_ps(amax), sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < 256; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), am, _CMP_EQ_OQ));
+        if (hit) {
+            max = x[i + __builtin_ctz((unsigned)hit)];
+            break;
+        }
+    }
+    float iscale = -127.0f / max;
+    for (int i = 0; i < 256; i += 32)
+        codes32(x + i, _mm256_set1_ps(iscale), qs + i);
+    r->d[b] = 1.0f / iscale;
+}
+
+/* The sums of every 16 codes, and -off * (sum of every 4), 32 codes a step. */
+AVX2 static void code_sums_avx2(act_row *r, int64_t k, int off)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1), noff = _mm256_set1_epi32(-off);
+    for (int64_t e = 0; e < k; e += 32) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(r->qs + e));
+        __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16); /* sums of 4, exact */
+        _mm256_storeu_si256((__m256i *)(r->negcorr + e / 4), _mm256_mullo_epi32(s4, noff));
+        int32_t s[8];
+        _mm256_storeu_si256((__m256i *)s, s4);
+        r->sum16[e / 16] = (int16_t)(s[0] + s[1] + s[2] + s[3]);
+        r->sum16[e / 16 + 1] = (int16_t)(s[4] + s[5] + s[6] + s[7]);
+    }
+}
+
+AVX2 int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    int atype = lm_act_type(wtype);
+    if (atype != LM_Q8_0 && atype != LM_Q8_K)
+        return 0;
+    act_row r;
+    lm_act_layout(atype, k, &r, dst);
+    if (atype == LM_Q8_K)
+        for (int64_t b = 0; b < k / 256; b++)
+            quant_k_avx2(x + b * 256, &r, b);
+    else
+        for (int64_t b = 0; b < k / 32; b++)
+            quant_b32_avx2(x + b * 32, &r, b);
+    code_sums_avx2(&r, k, lm_code_offset(wtype));
+    return 1;
+}
+
 #else
 
 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k)
 {
     (void)wtype, (void)x, (void)dst, (void)k;
     return 0; /* not built here: the caller rounds with lm_quantize_act */
+}
+
+int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    (void)wtype, (void)x, (void)dst, (void)k;
+    return 0;
 }
 
 #endif

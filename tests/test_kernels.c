@@ -59,7 +59,7 @@ static void check_token_groups(qrow *r, const act_row *ar, const float *want)
  */
 START_TEST(test_quantize_act_bitwise)
 {
-    if (lm_cpu_isa() < LM_ISA_AVX512)
+    if (lm_cpu_isa() < LM_ISA_AVX2)
         return;
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
     static float x[K];
@@ -80,10 +80,13 @@ START_TEST(test_quantize_act_bitwise)
             size_t n = lm_act_row_bytes(lm_act_type(ty), k);
             memset(want, 0, n), memset(got, 0, n);
             lm_quantize_act(ty, x, want, k);
-            ck_assert(lm_quantize_act_avx512(ty, x, got, k));
-            for (size_t i = 0; i < n; i++)
-                ck_assert_msg(want[i] == got[i], "%s k=%d: byte %zu is %u, scalar %u", lm_type_name(ty), k, i,
-                              got[i], want[i]);
+            for (int isa = LM_ISA_AVX2; isa <= lm_cpu_isa(); isa++) {
+                memset(got, 0, n);
+                ck_assert(isa == LM_ISA_AVX2 ? lm_quantize_act_avx2(ty, x, got, k) : lm_quantize_act_avx512(ty, x, got, k));
+                for (size_t i = 0; i < n; i++)
+                    ck_assert_msg(want[i] == got[i], "%s k=%d isa %d: byte %zu is %u, scalar %u", lm_type_name(ty), k,
+                                  isa, i, got[i], want[i]);
+            }
         }
 }
 END_TEST

@@ -55,9 +55,19 @@ START_TEST(test_silu_mul)
         ck_assert_msg(fabs(ref[i] - want) <= 4 * fabs(want) * 0x1p-23 + 0x1p-100, "silu(%a) * %a = %a, want %a",
                       g[i], up[i], ref[i], want);
     }
-    lm_silu_mul(g, up, N, lm_cpu_isa());
-    for (int i = 0; i < N; i++)
-        ck_assert_msg(!memcmp(&g[i], &ref[i], 4), "element %d: %a vs scalar %a", i, g[i], ref[i]);
+    static float g0[N];
+    memcpy(g0, g, sizeof g);
+    for (int isa = LM_ISA_AVX2; isa <= lm_cpu_isa(); isa++) { /* each x86 path the CPU has */
+        memcpy(g, g0, sizeof g);
+        lm_silu_mul(g, up, N, isa);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(!memcmp(&g[i], &ref[i], 4), "isa %d element %d: %a vs scalar %a", isa, i, g[i], ref[i]);
+    }
+    if (lm_cpu_isa() == LM_ISA_NEON || lm_cpu_isa() == LM_ISA_SCALAR) {
+        lm_silu_mul(g, up, N, lm_cpu_isa());
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(!memcmp(&g[i], &ref[i], 4), "element %d: %a vs scalar %a", i, g[i], ref[i]);
+    }
 }
 END_TEST
 
