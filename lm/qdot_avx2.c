@@ -322,18 +322,17 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
     return hsum16_avx2(lo, hi);
 }
 
-/* Rows one after another, each type a function of its own (the type a constant inside). */
-#define ROWS_B32_AVX2(name, t, bs)                                                                   \
+/* Rows one after another through row_fn, each type a function of its own (type and block size constants inside). */
+#define ROWS_AVX2(name, row_fn, t, bs)                                                               \
     AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
                                                     int64_t k, const act_row *a, float *out)         \
     {                                                                                                \
         for (int64_t r = 0; r < nr; r++)                                                             \
-            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
+            out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
     }
-ROWS_B32_AVX2(rows_q4_0_avx2, LM_Q4_0, 18)
-ROWS_B32_AVX2(rows_q5_0_avx2, LM_Q5_0, 22)
-ROWS_B32_AVX2(rows_q8_0_avx2, LM_Q8_0, 34)
-#undef ROWS_B32_AVX2
+ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
+ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
+ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
 /*
  * One token through nr Q4_0, Q5_0 or Q8_0 rows (rb bytes apart) without
@@ -453,17 +452,10 @@ AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, i
     return lm_k_total(acc, mins);
 }
 
-#define ROWS_K_AVX2(name, t, bs)                                                                     \
-    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
-                                                    int64_t k, const act_row *a, float *out)         \
-    {                                                                                                \
-        for (int64_t r = 0; r < nr; r++)                                                             \
-            out[r] = row_k_avx2(t, row0 + (size_t)r * rb, bs, k, a);                                 \
-    }
-ROWS_K_AVX2(rows_q4_k_avx2, LM_Q4_K, 144)
-ROWS_K_AVX2(rows_q5_k_avx2, LM_Q5_K, 176)
-ROWS_K_AVX2(rows_q6_k_avx2, LM_Q6_K, 210)
-#undef ROWS_K_AVX2
+ROWS_AVX2(rows_q4_k_avx2, row_k_avx2, LM_Q4_K, 144)
+ROWS_AVX2(rows_q5_k_avx2, row_k_avx2, LM_Q5_K, 176)
+ROWS_AVX2(rows_q6_k_avx2, row_k_avx2, LM_Q6_K, 210)
+#undef ROWS_AVX2
 
 /* lm_rows_b32_avx2 for Q4_K, Q5_K and Q6_K rows. */
 AVX2 int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
