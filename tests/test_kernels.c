@@ -585,6 +585,8 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
                           lm_type_name(ty), k, t, got[t], want[t]);
         return;
     }
+    if (isa < LM_ISA_AVX512)
+        return;
     for (int n = 1; n <= 8; n += 3) /* one token, and groups */
         if (lm_fused_row_avx512(ty, row, k, ar, n, got, &fast->r))
             for (int t = 0; t < n; t++)
