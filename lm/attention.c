@@ -53,10 +53,11 @@ void lm_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
     rmsnorm_apply(out, x, w, n, lm_sumsq(x, n), eps);
 }
 
-/* lm_rmsnorm with the sum of squares in vectors where the CPU has AVX-512 (the same bytes). */
+/* lm_rmsnorm with the sum of squares in vectors where the CPU has AVX-512 or AVX2 (the same bytes). */
 void lm_rmsnorm_isa(float *out, const float *x, const float *w, int n, float eps, int isa)
 {
-    rmsnorm_apply(out, x, w, n, isa >= LM_ISA_AVX512 ? lm_sumsq_avx512(x, n) : lm_sumsq(x, n), eps);
+    double sum = isa >= LM_ISA_AVX512 ? lm_sumsq_avx512(x, n) : isa == LM_ISA_AVX2 ? lm_sumsq_avx2(x, n) : lm_sumsq(x, n);
+    rmsnorm_apply(out, x, w, n, sum, eps);
 }
 
 /* The frequency divisors of layer il: Llama-3 rope_freqs or LongRoPE factors. */

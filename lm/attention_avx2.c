@@ -1,5 +1,5 @@
 /*
- * lm/attention_avx2.c - attention (and the FFN's SiLU) for x86 CPUs with
+ * lm/attention_avx2.c - attention (and the FFN's SiLU, RMSNorm's sums of squares) for x86 CPUs with
  * AVX2 but not AVX-512, chosen at run time: one query at a time, its scores over the K tiles
  * eight keys to a vector, the softmax's exponentials eight at a time, its
  * weighted values eight components to a vector.  Each step is the portable
@@ -33,6 +33,26 @@ AVX2 static inline __m256 exp8_avx2(__m256 x)
     __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(sb));
     e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ));
     return _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
+}
+
+/* lm_sumsq, 16 elements a step: its partial sums are the lanes of four vectors of doubles. */
+AVX2 double lm_sumsq_avx2(const float *x, int n)
+{
+    __m256d part4[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_loadu_ps(x + i + 8 * h);
+            v = _mm256_mul_ps(v, v);
+            part4[2 * h] = _mm256_add_pd(part4[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+            part4[2 * h + 1] = _mm256_add_pd(part4[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+        }
+    double part[16];
+    for (int j = 0; j < 4; j++)
+        _mm256_storeu_pd(part + 4 * j, part4[j]);
+    for (int j = 0; i < n; i++, j++) /* the last 1-15 elements into their lanes */
+        part[j] += (double)(x[i] * x[i]);
+    return lm_sum_parts16(part);
 }
 
 /* lm_silu_mul 8 values at a time, lm_silu's operations (lm_silu_mul_avx512's); returns how many it did. */
@@ -177,6 +197,11 @@ AVX2 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const vo
 }
 
 #else
+
+double lm_sumsq_avx2(const float *x, int n)
+{
+    return lm_sumsq(x, n);
+}
 
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
 {

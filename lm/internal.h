@@ -266,6 +266,7 @@ void lm_rmsnorm_isa(float *out, const float *x, const float *w, int n, float eps
 double lm_sumsq(const float *x, int n);
 double lm_sum_parts16(const double part[16]);
 double lm_sumsq_avx512(const float *x, int n); /* lm_sumsq's bytes */
+double lm_sumsq_avx2(const float *x, int n);   /* the same */
 void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const float *v);
 /* Bytes of one element of the cache: f16 or f32. */
 static inline size_t lm_kv_elem_bytes(const lm_kv *kv)

@@ -72,7 +72,7 @@ START_TEST(test_silu_mul)
 END_TEST
 
 /* RMSNorm with the AVX-512 sums of squares where there is AVX-512 gives each row lm_rmsnorm's bytes,
-   and each sum is lm_sumsq's, for every tail length of its 16 partial sums. */
+   and each sum (AVX2's too) is lm_sumsq's, for every tail length of its 16 partial sums. */
 START_TEST(test_rmsnorm_isa_bitwise)
 {
     enum { R = 19, N = 577 };
@@ -91,11 +91,15 @@ START_TEST(test_rmsnorm_isa_bitwise)
             }
             ck_assert_msg(!memcmp(got, want, (size_t)rows * n * sizeof *got), "n %d rows %d", n, rows);
         }
-    if (lm_cpu_isa() < LM_ISA_AVX512)
+    if (lm_cpu_isa() < LM_ISA_AVX2)
         return;
     for (int n = 1; n <= N; n += n < 48 ? 1 : 97) {
-        double a = lm_sumsq(x + 5, n), b = lm_sumsq_avx512(x + 5, n);
-        ck_assert_msg(!memcmp(&a, &b, sizeof a), "n %d: %a vs scalar %a", n, b, a);
+        double a = lm_sumsq(x + 5, n), b = lm_sumsq_avx2(x + 5, n);
+        ck_assert_msg(!memcmp(&a, &b, sizeof a), "AVX2 n %d: %a vs scalar %a", n, b, a);
+        if (lm_cpu_isa() >= LM_ISA_AVX512) {
+            b = lm_sumsq_avx512(x + 5, n);
+            ck_assert_msg(!memcmp(&a, &b, sizeof a), "AVX-512 n %d: %a vs scalar %a", n, b, a);
+        }
     }
 }
 END_TEST
