@@ -17,75 +17,75 @@
 
 /* ---------------------------------------------------------- decoders */
 
+/*
+ * The unsigned codes (code offset kept) of 32 weights as the file stores
+ * them: what the row decoders store and the one-token row kernels use
+ * directly, so both unpack alike.
+ */
+
+/* Block blk of a Q4_0, Q5_0 or Q8_0 row. */
+AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
+{
+    if (t == LM_Q4_0)
+        return nibbles32(blk + 2);
+    if (t == LM_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    uint32_t qh; /* Q5_0 */
+    memcpy(&qh, blk + 2, 4);
+    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
+}
+
+/* Codes 32c..32c+31 of a Q4_K or (five) Q5_K super-block: chunk c / 2's low (c even) or high
+   nibbles, and for Q5_K bit c of each qh byte adding 16. */
+AVX2 static INLINE __m256i q45k_codes32(const uint8_t *blk, int c, int five)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i x = _mm256_loadu_si256((const __m256i *)((five ? blk + 48 : blk + 16) + 32 * (c / 2)));
+    __m256i u = _mm256_and_si256(c % 2 ? _mm256_srli_epi16(x, 4) : x, m4);
+    if (five) {
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
+        u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 4));
+    }
+    return u;
+}
+
+/* Codes 32c..32c+31 of a Q6_K super-block (c = 4n + j): a low nibble of the stripe and two high
+   bits << 4. */
+AVX2 static INLINE __m256i q6k_codes32(const uint8_t *blk, int c)
+{
+    const int n = c / 4, j = c % 4;
+    __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * n + 32 * (j & 1)));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+    __m256i low = _mm256_and_si256(j >> 1 ? _mm256_srli_epi16(l, 4) : l, _mm256_set1_epi8(0x0f));
+    __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
+    return _mm256_or_si256(low, _mm256_slli_epi16(h, 4));
+}
+
+/* Codes 32c..32c+31 of a Q4_K, Q5_K or Q6_K super-block. */
+AVX2 static INLINE __m256i k_codes32(uint32_t t, const uint8_t *blk, int c)
+{
+    return t == LM_Q6_K ? q6k_codes32(blk, c) : q45k_codes32(blk, c, t == LM_Q5_K);
+}
+
 AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
 {
     const uint32_t t = r->type;
     const size_t bs = lm_type_size(t);
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *b = src + (size_t)i * bs;
-        __m256i u;
         r->d[i] = half(b);
         r->m[i] = 0.0f;
-        if (t == LM_Q8_0) {
-            u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
-        } else if (t == LM_Q4_0) {
-            u = nibbles32(b + 2);
-        } else { /* Q5_0 */
-            uint32_t qh;
-            memcpy(&qh, b + 2, 4);
-            u = _mm256_or_si256(nibbles32(b + 6), bits32(qh));
-        }
-        _mm256_storeu_si256((__m256i *)(r->u + i * 32), u);
+        _mm256_storeu_si256((__m256i *)(r->u + i * 32), b32_codes32(t, b));
     }
 }
 
-/* Q4_K, Q5_K: 4 chunks of 32 bytes, each 32 low then 32 high nibbles. */
-AVX2 static void codes_q45k(const uint8_t *b, uint8_t *u, int five)
-{
-    const uint8_t *ql = five ? b + 48 : b + 16;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-    for (int p = 0; p < 4; p++) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
-        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-        if (five) { /* bit 2p of qh[l] -> +16 on the low half, bit 2p+1 on the high */
-            __m256i one = _mm256_set1_epi8(1);
-            __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one);
-            __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-        }
-        _mm256_storeu_si256((__m256i *)(u + 64 * p), lo);
-        _mm256_storeu_si256((__m256i *)(u + 64 * p + 32), hi);
-    }
-}
-
-/* Q6_K: codes = low nibble | two high bits << 4, in four 32-wide stripes per half. */
-AVX2 static void codes_q6k(const uint8_t *b, uint8_t *u)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
-    for (int n = 0; n < 2; n++) {
-        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * n));
-        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
-        __m256i low[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                          _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-        for (int j = 0; j < 4; j++) {
-            __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
-            _mm256_storeu_si256((__m256i *)(u + 128 * n + 32 * j),
-                                _mm256_or_si256(low[j], _mm256_slli_epi16(h, 4)));
-        }
-    }
-}
-
-/* A K-quant super-block's codes. */
+/* A K-quant super-block's 256 codes. */
 AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
 {
-    if (type == LM_Q6_K)
-        codes_q6k(blk, u);
-    else
-        codes_q45k(blk, u, type == LM_Q5_K);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++)
+        _mm256_storeu_si256((__m256i *)(u + 32 * c), k_codes32(type, blk, c));
 }
 
 /*
@@ -264,19 +264,6 @@ AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
     return lm_hsum16(acc);
 }
 
-/* Block i's 32 codes (code offset kept) of a Q4_0, Q5_0 or Q8_0 row, straight from the file. */
-AVX2 static INLINE __m256i raw_codes32(uint32_t t, const uint8_t *blk)
-{
-    if (t == LM_Q4_0)
-        return nibbles32(blk + 2);
-    if (t == LM_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    uint32_t qh; /* Q5_0 */
-    memcpy(&qh, blk + 2, 4);
-    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
-}
-
-/* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
 /*
  * Blocks b..b+m-1 (m <= 8, as stored) scaled into acc's lanes 0..m-1.
  * The other lanes add 0 * 0: a lane of these sums is never -0 (it starts
@@ -295,7 +282,7 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
         dh[j] = 0, v[j] = _mm256_setzero_si256();
         if (j < m) {
             memcpy(&dh[j], blk, 2);
-            v[j] = lane_sums_avx2(raw_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, t == LM_Q8_0);
+            v[j] = lane_sums_avx2(b32_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, t == LM_Q8_0);
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
@@ -304,6 +291,7 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
 }
 
+/* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
 AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
 {
     const int64_t nb = k / 32;
@@ -385,40 +373,11 @@ static inline void k4_scales8(const uint8_t *q, uint64_t *sc8, uint64_t *mn8)
 /* The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code * activation, in 8 lanes. */
 AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, uint64_t sc8)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256i acc = _mm256_setzero_si256();
-    if (t == LM_Q6_K) { /* as codes_q6k: 32 codes at 128n + 32j, groups 8n + 2j and + 1 */
-        for (int n = 0; n < 2; n++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * n));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * n + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
-            __m256i low[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                              _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                              _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
-                __m256i u = _mm256_or_si256(low[j], _mm256_slli_epi16(h, 4));
-                int g = 8 * n + 2 * j;
-                acc = scaled_chunk(acc, u, a + 16 * g, GROUP_SCALE(t, blk, sc8, g), GROUP_SCALE(t, blk, sc8, g + 1));
-            }
-        }
-        return acc;
-    }
-    const uint8_t *ql = t == LM_Q5_K ? blk + 48 : blk + 16; /* as codes_q45k */
-    const __m256i qh = t == LM_Q5_K ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(ql + 32 * p));
-        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-        if (t == LM_Q5_K) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
-        }
-        int s_lo = GROUP_SCALE(t, blk, sc8, 4 * p), s_hi = GROUP_SCALE(t, blk, sc8, 4 * p + 2);
-        acc = scaled_chunk(acc, lo, a + 64 * p, s_lo, s_lo);
-        acc = scaled_chunk(acc, hi, a + 64 * p + 32, s_hi, s_hi);
-    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) /* codes 32c.., groups 2c and 2c + 1 */
+        acc = scaled_chunk(acc, k_codes32(t, blk, c), a + 32 * c, GROUP_SCALE(t, blk, sc8, 2 * c),
+                           GROUP_SCALE(t, blk, sc8, 2 * c + 1));
     return acc;
 }
 
