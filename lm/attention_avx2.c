@@ -43,13 +43,10 @@ AVX2 double lm_sumsq_avx2(const float *x, int n)
     for (; i + 16 <= n; i += 16)
         for (int h = 0; h < 2; h++) {
             __m256 v = _mm256_loadu_ps(x + i + 8 * h);
-            v = _mm256_mul_ps(v, v);
-            part4[2 * h] = _mm256_add_pd(part4[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-            part4[2 * h + 1] = _mm256_add_pd(part4[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+            add_parts8(part4, h, _mm256_mul_ps(v, v));
         }
     double part[16];
-    for (int j = 0; j < 4; j++)
-        _mm256_storeu_pd(part + 4 * j, part4[j]);
+    store_parts16(part, part4);
     for (int j = 0; i < n; i++, j++) /* the last 1-15 elements into their lanes */
         part[j] += (double)(x[i] * x[i]);
     return lm_sum_parts16(part);
@@ -78,14 +75,11 @@ AVX2 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
         __m256 e1 = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j + 8), _mm256_set1_ps(mx)));
         _mm256_storeu_ps(scores + j, e0);
         _mm256_storeu_ps(scores + j + 8, e1);
-        part4[0] = _mm256_add_pd(part4[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
-        part4[1] = _mm256_add_pd(part4[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
-        part4[2] = _mm256_add_pd(part4[2], _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
-        part4[3] = _mm256_add_pd(part4[3], _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+        add_parts8(part4, 0, e0);
+        add_parts8(part4, 1, e1);
     }
     double part[16];
-    for (int i = 0; i < 4; i++)
-        _mm256_storeu_pd(part + 4 * i, part4[i]);
+    store_parts16(part, part4);
     return lm_softmax_finish(scores, lo, j, hi, mx, part); /* the last 0-15 keys */
 }
 

@@ -186,15 +186,6 @@ AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t 
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
 }
 
-/* lm_hsum16 of the 16 lanes lo (0-7) and hi (8-15), in its tree. */
-AVX2 static inline float hsum16_avx2(__m256 lo, __m256 hi)
-{
-    __m256 t8 = _mm256_add_ps(lo, hi);
-    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
-
 AVX2 static INLINE float dot_b32_avx2(const qrow *w, const act_row *a, int q8)
 {
     const int64_t nb = w->k / 32;

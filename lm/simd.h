@@ -1,6 +1,6 @@
 /*
  * lm/simd.h - what the x86 kernel files share (qdot_simd.c, qdot_avx2.c,
- * qgemm.c, attention_simd.c): the target attributes that let one binary carry
+ * qgemm.c, attention_simd.c, attention_avx2.c, qact_simd.c): the target attributes that let one binary carry
  * AVX2 and AVX-512 code for CPUs chosen at run time, the one tree by
  * which every path adds 16 float lanes, and helpers more than one file uses.
  */
@@ -18,13 +18,37 @@
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define INLINE __attribute__((always_inline)) inline
 
-AVX512 static INLINE float hsum16_avx512(__m512 acc)
+/* lm_hsum16 of the 16 lanes lo (0-7) and hi (8-15): halves, quarters, then (0+2) + (1+3). */
+AVX2 static INLINE float hsum16_avx2(__m256 lo, __m256 hi)
 {
-    /* the same tree as lm_hsum16: halves, quarters, then (0+2) + (1+3) */
-    __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m256 t8 = _mm256_add_ps(lo, hi);
     __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
     __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* The same tree over one vector of 16. */
+AVX512 static INLINE float hsum16_avx512(__m512 acc)
+{
+    return hsum16_avx2(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+}
+
+/*
+ * Eight floats (lanes 8h..8h+7 of 16 partial sums) added, as doubles, to
+ * the partial sums in part4 (four vectors of four): lm_sumsq's and
+ * lm_softmax_exp's lanes in AVX2.
+ */
+AVX2 static INLINE void add_parts8(__m256d part4[4], int h, __m256 v)
+{
+    part4[2 * h] = _mm256_add_pd(part4[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    part4[2 * h + 1] = _mm256_add_pd(part4[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+/* The 16 partial sums in order. */
+AVX2 static inline void store_parts16(double part[16], const __m256d part4[4])
+{
+    for (int j = 0; j < 4; j++)
+        _mm256_storeu_pd(part + 4 * j, part4[j]);
 }
 
 /* The f16 at p as f32, by F16C. */
