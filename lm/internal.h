@@ -91,11 +91,9 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx2(const qrow *w, const act_row *a);
 float lm_dot_k_avx2(const qrow *w, const act_row *a);
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n);
-/* One token through nr Q4_0/Q5_0/Q8_0 rows read as stored, AVX2; 0: not this type (nothing done) */
-int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                     float *out);
-int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                   float *out); /* the same for Q4_K, Q5_K, Q6_K */
+/* One token through nr Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows read as stored, AVX2; 0: not this type (nothing done) */
+int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                 float *out);
 /* qdot_neon.c: the same dots with aarch64's SDOT (scalar twins elsewhere) */
 int lm_cpu_neon_dot(void);                 /* 1: aarch64 with the dot-product instructions */
 int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k); /* 0: not here */

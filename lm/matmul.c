@@ -278,8 +278,7 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     const uint8_t *row = (const uint8_t *)w->data + (size_t)a * rb;
     float *o = out + (size_t)t0 * rows + a;
     if (s->isa == LM_ISA_AVX2)
-        return nt == 1 && (lm_rows_b32_avx2(w->type, row, rb, e - a, k, &acts[t0], o) ||
-                           lm_rows_k_avx2(w->type, row, rb, e - a, k, &acts[t0], o));
+        return nt == 1 && lm_rows_avx2(w->type, row, rb, e - a, k, &acts[t0], o);
     if (nt == 1 && acts[t0].windows) {
         lm_rows_b32_vbmi(w->type, row, rb, e - a, k, &acts[t0], o);
         return 1;

@@ -313,26 +313,6 @@ ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
-/*
- * One token through nr Q4_0, Q5_0 or Q8_0 rows (rb bytes apart) without
- * decoding them first: generation reads each row once, and the decoded
- * row's stores and loads had cost as much as the dot.  Returns 0, doing
- * nothing, for other types.
- */
-AVX2 int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                          float *out)
-{
-    if (t == LM_Q4_0)
-        rows_q4_0_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q5_0)
-        rows_q5_0_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q8_0)
-        rows_q8_0_avx2(row0, rb, nr, k, a, out);
-    else
-        return 0;
-    return 1;
-}
-
 /* Scale times code times activation over 32 codes (groups with scales s0, s1), into acc's lanes. */
 AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a, int s0, int s1)
 {
@@ -407,19 +387,24 @@ ROWS_AVX2(rows_q5_k_avx2, row_k_avx2, LM_Q5_K, 176)
 ROWS_AVX2(rows_q6_k_avx2, row_k_avx2, LM_Q6_K, 210)
 #undef ROWS_AVX2
 
-/* lm_rows_b32_avx2 for Q4_K, Q5_K and Q6_K rows. */
-AVX2 int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                        float *out)
+/*
+ * One token through nr Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K rows (rb bytes
+ * apart) without decoding them first: generation reads each row once, and
+ * the decoded row's stores and loads had cost as much as the dot.  Returns
+ * 0, doing nothing, for other types.
+ */
+AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                      float *out)
 {
-    if (t == LM_Q4_K)
-        rows_q4_k_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q5_K)
-        rows_q5_k_avx2(row0, rb, nr, k, a, out);
-    else if (t == LM_Q6_K)
-        rows_q6_k_avx2(row0, rb, nr, k, a, out);
-    else
-        return 0;
-    return 1;
+    switch (t) {
+    case LM_Q4_0: rows_q4_0_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q5_0: rows_q5_0_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q4_K: rows_q4_k_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q5_K: rows_q5_k_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q6_K: rows_q6_k_avx2(row0, rb, nr, k, a, out); return 1;
+    default: return 0;
+    }
 }
 
 #else /* not x86 */
@@ -432,14 +417,8 @@ int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
-int lm_rows_b32_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                     float *out)
-{
-    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
-    return 0;
-}
-int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
-                   float *out)
+int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                 float *out)
 {
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
     return 0;

@@ -579,8 +579,7 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
     }
     if (isa == LM_ISA_AVX2) {
         const size_t rb = lm_row_bytes(ty, k);
-        for (int t = 0; t < 8 && (lm_rows_b32_avx2(ty, row, rb, 1, k, &ar[t], &got[t]) ||
-                                  lm_rows_k_avx2(ty, row, rb, 1, k, &ar[t], &got[t])); t++)
+        for (int t = 0; t < 8 && lm_rows_avx2(ty, row, rb, 1, k, &ar[t], &got[t]); t++)
             ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d token %d: AVX2 row %a vs scalar %a",
                           lm_type_name(ty), k, t, got[t], want[t]);
         return;
@@ -701,8 +700,7 @@ START_TEST(test_avx2_dots_extreme)
                 qrow_init(&w);
                 lm_qrow_decode_scalar(&w.r, ty, raw, K);
                 want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR);
-                ck_assert(lm_rows_b32_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got) ||
-                          lm_rows_k_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
+                ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
                               lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
             }
