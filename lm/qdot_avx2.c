@@ -17,57 +17,6 @@
 
 /* ---------------------------------------------------------- decoders */
 
-/*
- * The unsigned codes (code offset kept) of 32 weights as the file stores
- * them: what the row decoders store and the one-token row kernels use
- * directly, so both unpack alike.
- */
-
-/* Block blk of a Q4_0, Q5_0 or Q8_0 row. */
-AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
-{
-    if (t == LM_Q4_0)
-        return nibbles32(blk + 2);
-    if (t == LM_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    uint32_t qh; /* Q5_0 */
-    memcpy(&qh, blk + 2, 4);
-    return _mm256_or_si256(nibbles32(blk + 6), bits32(qh));
-}
-
-/* Codes 32c..32c+31 of a Q4_K or (five) Q5_K super-block: chunk c / 2's low (c even) or high
-   nibbles, and for Q5_K bit c of each qh byte adding 16. */
-AVX2 static INLINE __m256i q45k_codes32(const uint8_t *blk, int c, int five)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i x = _mm256_loadu_si256((const __m256i *)((five ? blk + 48 : blk + 16) + 32 * (c / 2)));
-    __m256i u = _mm256_and_si256(c % 2 ? _mm256_srli_epi16(x, 4) : x, m4);
-    if (five) {
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
-        u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 4));
-    }
-    return u;
-}
-
-/* Codes 32c..32c+31 of a Q6_K super-block (c = 4n + j): a low nibble of the stripe and two high
-   bits << 4. */
-AVX2 static INLINE __m256i q6k_codes32(const uint8_t *blk, int c)
-{
-    const int n = c / 4, j = c % 4;
-    __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * n + 32 * (j & 1)));
-    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
-    __m256i low = _mm256_and_si256(j >> 1 ? _mm256_srli_epi16(l, 4) : l, _mm256_set1_epi8(0x0f));
-    __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
-    return _mm256_or_si256(low, _mm256_slli_epi16(h, 4));
-}
-
-/* Codes 32c..32c+31 of a Q4_K, Q5_K or Q6_K super-block. */
-AVX2 static INLINE __m256i k_codes32(uint32_t t, const uint8_t *blk, int c)
-{
-    return t == LM_Q6_K ? q6k_codes32(blk, c) : q45k_codes32(blk, c, t == LM_Q5_K);
-}
-
 AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
 {
     const uint32_t t = r->type;
