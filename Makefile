@@ -94,7 +94,7 @@ build/fuzz/%.o: %.c
 # clang's pointer-overflow check on the unrolled SIMD kernels takes minutes to
 # compile (230 s for attention_simd.c, 13 s without it); ASan still checks
 # every access they make, and the gcc sanitizer build keeps the check.
-$(patsubst %.c,build/fuzz/%.o,$(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_amx.c): FUZZ_EXTRA = -fno-sanitize=pointer-overflow
+$(patsubst %.c,build/fuzz/%.o,$(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c): FUZZ_EXTRA = -fno-sanitize=pointer-overflow
 
 tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FOBJ)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) \

@@ -94,6 +94,12 @@ float lm_dot_f_avx2(const float *x, const float *y, int64_t n);
 /* One token through nr Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows read as stored, AVX2; 0: not this type (nothing done) */
 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                  float *out);
+/* qgemm_avx2.c: nt tokens through 8 rows of a type lm_rows8_type takes, AVX2: out[i * ldo + r];
+   scratch: lm_rows8_bytes(k), 64-byte aligned */
+int lm_rows8_type(uint32_t t);
+size_t lm_rows8_bytes(int64_t k);
+void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
+                   size_t ldo, void *scratch);
 /* qdot_neon.c: the same dots with aarch64's SDOT (scalar twins elsewhere) */
 int lm_cpu_neon_dot(void);                 /* 1: aarch64 with the dot-product instructions */
 int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k); /* 0: not here */
@@ -238,6 +244,7 @@ typedef struct mm_scratch {
     uint8_t *tg_mem;   /* the token groups of a batch (K-quants, AVX-512) */
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
+    void **r8;         /* per thread, x86: eight rows unpacked for qgemm_avx2.c */
     float **amx_scratch;
 } mm_scratch;
 

@@ -101,6 +101,14 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     }
     if (s->amx && rows16_init(s, max_k))
         return -1;
+    if (s->isa >= LM_ISA_AVX2) { /* tests take the AVX2 path on AVX-512 CPUs too */
+        s->r8 = calloc((size_t)n_threads, sizeof *s->r8);
+        for (int i = 0; s->r8 && i < n_threads; i++)
+            if (!(s->r8[i] = aligned_alloc(64, lm_rows8_bytes(max_k))))
+                return -1;
+        if (!s->r8)
+            return -1;
+    }
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
     s->groups = calloc((size_t)n_groups, sizeof *s->groups);
@@ -128,6 +136,10 @@ void mm_scratch_free(mm_scratch *s)
         free(s->r16[i].s8hi), free(s->r16[i].mn);
         free(s->amx_scratch[i]);
     }
+    for (int i = 0; s->r8 && i < s->n_threads; i++)
+        free(s->r8[i]);
+    free(s->r8);
+    s->r8 = NULL;
     free(s->r16);
     free(s->amx_scratch);
     s->r16 = NULL;
@@ -245,6 +257,24 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     }
     lm_amx_end();
     return rows / 16 * 16;
+}
+
+/*
+ * AVX2, several tokens: the thread's rows eight at a time, unpacked once
+ * and run against every token of the block (qgemm_avx2.c).  Returns the
+ * first row left for the loop of rows.
+ */
+static int64_t rows8_times_tokens(float *out, const lm_tensor *w, int t0, int nt, const act_row *acts,
+                                  mm_scratch *s)
+{
+    const int64_t k = w->ne[0], rows = w->ne[1];
+    const size_t rb = lm_row_bytes(w->type, k);
+    void *scratch = s->r8[omp_get_thread_num()];
+#pragma omp for schedule(guided) nowait
+    for (int64_t c = 0; c < rows / 8; c++)
+        lm_rows8_avx2(w->type, (const uint8_t *)w->data + (size_t)c * 8 * rb, rb, k, acts + t0, nt,
+                      out + (size_t)t0 * rows + c * 8, (size_t)rows, scratch);
+    return rows / 8 * 8;
 }
 
 /*
@@ -414,6 +444,7 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
     const int tiles = grouped && s->amx;
+    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type);
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */
@@ -421,8 +452,9 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
     int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, acts, s) : 0;
     for (int t0 = 0; t0 < n_tok; t0 += block) {
         int nb = n_tok - t0 < block ? n_tok - t0 : block;
-        int64_t first = tiles ? rows16_times_groups(out, w, t0, nb, s)
+        int64_t first = tiles     ? rows16_times_groups(out, w, t0, nb, s)
                         : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
+                        : eights  ? rows8_times_tokens(out, w, t0, nb, acts, s)
                                   : r0;
         rows_times_tokens(out, w, first, t0, nb, acts, s);
     }

@@ -490,13 +490,14 @@ static int matmul_matches_scalar(const lm_tensor *w, const float *x, const float
 /*
  * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
  * (16-row tiles, then the rows left over) and for one token, a few and a
- * batch (every kernel family), against the scalar dot of each row and token.
+ * batch (every kernel family), against the scalar dot of each row and token;
+ * where the CPU has AVX-512, the same again through the AVX2 kernels.
  */
 START_TEST(test_matmul_paths_bitwise)
 {
     enum { ROWS = 37, NT = 40 };
-    static const uint32_t types[] = {LM_Q4_0, LM_Q8_0, LM_Q4_K, LM_Q6_K};
-    static const int counts[] = {1, 5, NT};
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static const int counts[] = {1, 2, 5, NT};
     static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
     uint64_t seed = 17;
@@ -504,17 +505,24 @@ START_TEST(test_matmul_paths_bitwise)
         x[i] = cosf((float)i * 0.013f) * (float)(1 + i % 7);
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    const int isa = s.isa, amx = s.amx;
     const size_t ntypes = sizeof types / sizeof types[0];
-    for (size_t ti = 0; ti < 2 * ntypes; ti++) {
+    for (size_t ti = 0; ti < 3 * ntypes; ti++) {
         uint32_t ty = types[ti % ntypes];
-        s.amx = s.amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        s.amx = amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        if (ti >= 2 * ntypes) {     /* and through the AVX2 kernels */
+            if (isa < LM_ISA_AVX512)
+                break;
+            s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = 0;
+        }
         size_t rb = lm_row_bytes(ty, K);
         for (int r = 0; r < ROWS; r++)
             random_row(ty, wmem + r * rb, rb, &seed);
         lm_tensor w = {"w", ty, {K, ROWS}, wmem};
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < (int)(sizeof counts / sizeof counts[0]); c++) {
             lm_matmul(out, &w, x, counts[c], &s);
-            ck_assert(matmul_matches_scalar(&w, x, out, counts[c]) == 0);
+            ck_assert_msg(matmul_matches_scalar(&w, x, out, counts[c]) == 0, "%s, isa %d, %d tokens",
+                          lm_type_name(ty), s.isa, counts[c]);
         }
     }
     mm_scratch_free(&s);
@@ -642,7 +650,8 @@ END_TEST
  * The AVX2 dots add byte products in pairs in 16 bits, which saturate:
  * every code at its largest and at 0 (the most negative once centred),
  * against activation codes all 127 and all -127 (x all 1 or -1), and group scales at
- * +-127, must still give the scalar dot's bits, decoded or read as stored.
+ * +-127, must still give the scalar dot's bits, decoded or read as stored, one
+ * token at a time or eight rows by several tokens (qgemm_avx2.c).
  */
 START_TEST(test_avx2_dots_extreme)
 {
@@ -654,6 +663,8 @@ START_TEST(test_avx2_dots_extreme)
     static uint8_t act[K * 8], raw[K * 2];
     static float x[K];
     static qrow_buf w;
+    void *scratch8 = aligned_alloc(64, lm_rows8_bytes(K));
+    ck_assert(scratch8);
     for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++)
         for (int code = 0; code <= 1; code++)
             for (int sign = -1; sign <= 1; sign += 2) {
@@ -703,7 +714,15 @@ START_TEST(test_avx2_dots_extreme)
                 ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
                               lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
+                /* eight such rows (the same bytes) and five tokens through the batch kernel */
+                float got8[5 * 8];
+                const act_row ar5[5] = {ar, ar, ar, ar, ar};
+                lm_rows8_avx2(ty, raw, 0, K, ar5, 5, got8, 8, scratch8);
+                for (int i = 0; i < 5 * 8; i++)
+                    ck_assert_msg(!memcmp(&got8[i], &want, 4), "%s raw codes %s, activations %d: rows8 %a vs %a",
+                                  lm_type_name(ty), code ? "largest" : "0", 127 * sign, got8[i], want);
             }
+    free(scratch8);
 }
 END_TEST
 

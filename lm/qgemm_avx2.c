@@ -1,0 +1,390 @@
+/*
+ * lm/qgemm_avx2.c - several tokens through Q4_0, Q5_0, Q8_0, Q4_K, Q5_K
+ * and Q6_K rows, eight rows at a time, on x86 CPUs with AVX2 but not
+ * AVX-512 (prompts; qgemm.c is the AVX-512 kernel of the same job).
+ *
+ * A token at a time (qdot_avx2.c), every 32 codes of a row cost each token
+ * a multiply, a widening, a correction, and the row ends on a horizontal
+ * sum.  Here eight rows are first unpacked into one layout, four codes of
+ * each row side by side in a 32-bit lane ([k/4][8 rows][4 codes]): one
+ * vpmaddubsw against four codes of a token broadcast to every lane then
+ * multiplies four codes of all eight rows, and each row's sum ends in its
+ * own lane, so no lane is ever summed across.  The pair sums stay in 16
+ * bits for as many steps as cannot overflow (activation codes are within
+ * +-127: code8), and one vpmaddwd a run widens them, times the group's
+ * scale for K-quants.  Four tokens a tile share every load of the rows.
+ *
+ * The integers are the exact sums of lm_dot_b32_scalar and lm_dot_k_scalar,
+ * and the float steps are theirs, lane for lane: a row's block b goes to
+ * its lane b % 16 (super-block b to b % LM_K_LANES), and the lanes end in
+ * the same trees.  So a token's logits are the same bytes as on every
+ * other path; tests compare them.
+ */
+#include "internal.h"
+#include "simd.h"
+
+#include <string.h>
+
+/* Eight rows of k codes unpacked, each array [blocks or groups][8 rows]. */
+typedef struct rows8 {
+    uint8_t *codes; /* [k/4][8][4]: four codes of each row a lane (Q8_0: as signed bytes) */
+    int32_t *sc;    /* K-quants: [groups][8]: the group's scale in both 16-bit halves */
+    int32_t *pairs; /* K-quants: [k/32][8]: the factors of the sums of 16-code groups 2p and 2p + 1 */
+    float *d, *m;   /* [blocks][8]: scales, and K-quant min scales */
+} rows8;
+
+static size_t round64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+size_t lm_rows8_bytes(int64_t k)
+{
+    const size_t per8 = 8 * 4; /* one int32 or float for each of the eight rows */
+    return round64((size_t)k * 8) + round64((size_t)(k / 16) * per8) + round64((size_t)(k / 32) * per8) +
+           2 * round64((size_t)(k / 32) * per8);
+}
+
+static void rows8_layout(rows8 *w, int64_t k, void *base)
+{
+    uint8_t *p = base;
+    const size_t per8 = 8 * 4;
+    w->codes = p;
+    p += round64((size_t)k * 8);
+    w->sc = (int32_t *)p;
+    p += round64((size_t)(k / 16) * per8);
+    w->pairs = (int32_t *)p;
+    p += round64((size_t)(k / 32) * per8);
+    w->d = (float *)p;
+    p += round64((size_t)(k / 32) * per8);
+    w->m = (float *)p;
+}
+
+int lm_rows8_type(uint32_t t)
+{
+    return t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0 || t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* ------------------------------------------------------------ unpacking */
+
+/*
+ * 32 codes of each of eight rows (v[r]) stored as eight steps of four
+ * codes, the rows side by side in each: an 8 x 8 transpose of 32-bit lanes.
+ */
+AVX2 static INLINE void put_codes8(uint8_t *dst, const __m256i v[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) { /* rows i, i + 1: steps 0 1 | 4 5, then 2 3 | 6 7 */
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* rows i..i + 3: steps 0 | 4, 1 | 5, 2 | 6, 3 | 7 */
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int s = 0; s < 4; s++) {
+        _mm256_storeu_si256((__m256i *)(dst + 32 * s), _mm256_permute2x128_si256(u[s], u[s + 4], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 32 * (s + 4)), _mm256_permute2x128_si256(u[s], u[s + 4], 0x31));
+    }
+}
+
+/* Q4_0, Q5_0, Q8_0: every block's codes and scale. */
+AVX2 static void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
+{
+    const size_t bs = lm_type_size(t);
+    for (int64_t b = 0; b < k / 32; b++) {
+        __m256i v[8];
+        uint16_t dh[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = row0 + r * rb + b * bs;
+            v[r] = t == LM_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : b32_codes32(t, blk);
+            memcpy(&dh[r], blk, 2);
+        }
+        _mm256_storeu_ps(w->d + b * 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        put_codes8(w->codes + b * 256, v);
+    }
+}
+
+/* Two 16-bit values in one 32-bit lane: lo in the low half. */
+static int32_t pair16(int lo, int hi)
+{
+    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+}
+
+/*
+ * Q4_K, Q5_K, Q6_K: codes, the scale of each group (Q6_K: 16 codes, the
+ * others 32), the factors of the 16-code sums (Q6_K: its scales, for the
+ * code offset 32; the others: each 32-code group's min, twice) and d, m.
+ */
+AVX2 static void unpack_k(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
+{
+    const size_t bs = lm_type_size(t);
+    const int six = t == LM_Q6_K, ng = six ? 16 : 8;
+    for (int64_t b = 0; b < k / 256; b++) {
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = row0 + r * rb + b * bs;
+            int sc[16], mn[16];
+            lm_k_scales(t, blk, sc, mn);
+            for (int g = 0; g < ng; g++)
+                w->sc[(b * ng + g) * 8 + r] = pair16(sc[16 / ng * g], sc[16 / ng * g]);
+            for (int p = 0; p < 8; p++)
+                w->pairs[(b * 8 + p) * 8 + r] = six ? pair16(sc[2 * p], sc[2 * p + 1]) : pair16(mn[2 * p], mn[2 * p + 1]);
+            w->d[b * 8 + r] = half(six ? blk + 208 : blk);
+            w->m[b * 8 + r] = six ? 0.0f : half(blk + 2);
+        }
+        for (int c = 0; c < 8; c++) {
+            __m256i v[8];
+            for (int r = 0; r < 8; r++)
+                v[r] = k_codes32(t, row0 + r * rb + b * bs, c);
+            put_codes8(w->codes + (b * 64 + 8 * c) * 32, v);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the tiles */
+
+/* Four activation codes at p in every lane. */
+AVX2 static INLINE __m256i codes4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The 16-lane tree of lm_hsum16, each lane a vector of eight rows. */
+AVX2 static INLINE __m256 hsum16_rows(const __m256 l[16])
+{
+    __m256 t8[8], t4[4];
+    for (int i = 0; i < 8; i++)
+        t8[i] = _mm256_add_ps(l[i], l[i + 8]);
+    for (int i = 0; i < 4; i++)
+        t4[i] = _mm256_add_ps(t8[i], t8[i + 4]);
+    return _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+}
+
+/*
+ * Block b's exact integer sums for T tokens (is[i], a lane a row): the
+ * codes less their offset times the activations.  Q4_0 pair sums reach at
+ * most 2 * 15 * 127, so eight steps add up in 16 bits; Q5_0's 2 * 31 * 127,
+ * four steps.  Q8_0's codes are signed: their signs go onto the
+ * activations (sign trick) and every step widens.  The steps unroll by
+ * two: all eight at once, GCC ran out of registers and kept the sums on
+ * the stack (tinyllama Q4_0, 128-token prompt: 117 against 142 t/s).
+ */
+AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_row *a, int64_t b, const int T,
+                                   __m256i is[4])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (t == LM_Q8_0) {
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            is[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int s = 0; s < 8; s++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s)), ac = _mm256_abs_epi8(c);
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++) {
+                __m256i p = _mm256_maddubs_epi16(ac, _mm256_sign_epi8(codes4(a[i].qs + b * 32 + 4 * s), c));
+                is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p, ones));
+            }
+        }
+        return;
+    }
+    const int off = t == LM_Q4_0 ? 8 : 16, run = t == LM_Q4_0 ? 8 : 4;
+#pragma GCC unroll 2
+    for (int h = 0; h < 8; h += run) {
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            p[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int s = h; s < h + run; s++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s));
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++)
+                p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(c, codes4(a[i].qs + b * 32 + 4 * s)));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++) {
+            const __m256i wide = _mm256_madd_epi16(p[i], ones);
+            is[i] = h ? _mm256_add_epi32(is[i], wide) : wide;
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++) /* the offset: off times the block's activation sum */
+        is[i] = _mm256_add_epi32(is[i], _mm256_set1_epi32(-off * (a[i].sum16[2 * b] + a[i].sum16[2 * b + 1])));
+}
+
+/*
+ * T tokens (a[0..T)) through the eight rows of 32-element blocks:
+ * out[i * ldo + r].  Lane j's blocks j, j + 16, ... are taken together,
+ * so its T sums stay in registers.
+ */
+AVX2 static INLINE void tile_b32(uint32_t t, const rows8 *w, int64_t k, const act_row *a, const int T, float *out,
+                                 size_t ldo)
+{
+    const int64_t nb = k / 32;
+    __m256 lanes[4][16];
+    for (int j = 0; j < 16; j++) {
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int64_t b = j; b < nb; b += 16) {
+            __m256i is[4];
+            block_sums(t, w->codes + b * 256, a, b, T, is);
+            const __m256 dw = _mm256_loadu_ps(w->d + b * 8);
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++)
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[i].d[b])), _mm256_cvtepi32_ps(is[i]),
+                                         acc[i]);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            lanes[i][j] = acc[i];
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        _mm256_storeu_ps(out + i * ldo, hsum16_rows(lanes[i]));
+}
+
+/*
+ * Super-block b's integer sums for T tokens: scale * code * activation
+ * (is[i]) and the 16-code sums times their factors (ps[i]).  Pair sums run
+ * 16 bits for 8 steps (Q4_K: 2 * 15 * 127 each), 4 (Q5_K) or 2 (Q6_K:
+ * 2 * 63 * 127), then one vpmaddwd by the group's scale widens them.
+ */
+AVX2 static INLINE void superblock_sums8(uint32_t t, const rows8 *w, const act_row *a, int64_t b, const int T,
+                                         __m256i is[4], __m256i ps[4])
+{
+    const int ng = t == LM_Q6_K ? 16 : 8, per_group = 64 / ng;
+    const int run = t == LM_Q4_K ? 8 : t == LM_Q5_K ? 4 : 2;
+    const uint8_t *codes = w->codes + b * 64 * 32;
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        is[i] = ps[i] = _mm256_setzero_si256();
+    for (int g = 0; g < ng; g++) {
+        const __m256i sc = _mm256_loadu_si256((const __m256i *)(w->sc + (b * ng + g) * 8));
+        for (int h = g * per_group; h < (g + 1) * per_group; h += run) {
+            __m256i p[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++)
+                p[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int s = h; s < h + run; s++) {
+                const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s));
+#pragma GCC unroll 4
+                for (int i = 0; i < T; i++)
+                    p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(c, codes4(a[i].qs + b * 256 + 4 * s)));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++)
+                is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p[i], sc));
+        }
+    }
+    for (int p = 0; p < 8; p++) {
+        const __m256i f = _mm256_loadu_si256((const __m256i *)(w->pairs + (b * 8 + p) * 8));
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++) {
+            int32_t s2;
+            memcpy(&s2, a[i].sum16 + b * 16 + 2 * p, 4);
+            ps[i] = _mm256_add_epi32(ps[i], _mm256_madd_epi16(f, _mm256_set1_epi32(s2)));
+        }
+    }
+}
+
+/*
+ * T tokens through the eight rows of super-blocks: lm_dot_k_scalar's
+ * steps, the code offset of Q6_K (32) off as 32 * its scales times the
+ * 16-code sums, the mins of Q4_K and Q5_K as lm_k_mins.
+ */
+AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_row *a, const int T, float *out,
+                               size_t ldo)
+{
+    __m256 acc[4][LM_K_LANES], mins[4][LM_K_LANES];
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < LM_K_LANES; j++)
+            acc[i][j] = mins[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / 256; b++) {
+        __m256i is[4], ps[4];
+        superblock_sums8(t, w, a, b, T, is, ps);
+        const __m256 dw = _mm256_loadu_ps(w->d + b * 8), mw = _mm256_loadu_ps(w->m + b * 8);
+        const int j = (int)(b % LM_K_LANES);
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++) {
+            __m256i isum = t == LM_Q6_K ? _mm256_sub_epi32(is[i], _mm256_slli_epi32(ps[i], 5)) : is[i];
+            __m256i msum = t == LM_Q6_K ? _mm256_setzero_si256() : ps[i];
+            const __m256 da = _mm256_set1_ps(a[i].d[b]);
+            acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), acc[i][j]);
+            mins[i][j] = _mm256_add_ps(mins[i][j], _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(msum)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++) { /* lm_k_total */
+        __m256 s = _mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]), _mm256_add_ps(acc[i][2], acc[i][3]));
+        __m256 m = _mm256_add_ps(_mm256_add_ps(mins[i][0], mins[i][1]), _mm256_add_ps(mins[i][2], mins[i][3]));
+        _mm256_storeu_ps(out + i * ldo, _mm256_sub_ps(s, m));
+    }
+}
+
+/* All nt tokens through one type's eight unpacked rows, four a tile (the type a constant inside). */
+#define TOKENS8(name, tile, ty)                                                                          \
+    AVX2 __attribute__((noinline)) static void name(const rows8 *w, int64_t k, const act_row *a, int nt, \
+                                                    float *out, size_t ldo)                            \
+    {                                                                                                  \
+        int i = 0;                                                                                     \
+        for (; i + 4 <= nt; i += 4)                                                                    \
+            tile(ty, w, k, a + i, 4, out + i * ldo, ldo);                                              \
+        switch (nt - i) {                                                                              \
+        case 3: tile(ty, w, k, a + i, 3, out + i * ldo, ldo); break;                                   \
+        case 2: tile(ty, w, k, a + i, 2, out + i * ldo, ldo); break;                                   \
+        case 1: tile(ty, w, k, a + i, 1, out + i * ldo, ldo); break;                                   \
+        }                                                                                              \
+    }
+TOKENS8(tokens_q4_0, tile_b32, LM_Q4_0)
+TOKENS8(tokens_q5_0, tile_b32, LM_Q5_0)
+TOKENS8(tokens_q8_0, tile_b32, LM_Q8_0)
+TOKENS8(tokens_q4_k, tile_k, LM_Q4_K)
+TOKENS8(tokens_q5_k, tile_k, LM_Q5_K)
+TOKENS8(tokens_q6_k, tile_k, LM_Q6_K)
+#undef TOKENS8
+
+/*
+ * nt tokens (a[0..nt)) through the eight rows at row0 (rb bytes apart) of
+ * a type lm_rows8_type takes: out[i * ldo + r] for token i and row r.
+ * scratch holds lm_rows8_bytes(k), 64-byte aligned.
+ */
+AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
+                        size_t ldo, void *scratch)
+{
+    rows8 w;
+    rows8_layout(&w, k, scratch);
+    if (lm_type_block(t) == 256)
+        unpack_k(&w, t, row0, rb, k);
+    else
+        unpack_b32(&w, t, row0, rb, k);
+    switch (t) {
+    case LM_Q4_0: tokens_q4_0(&w, k, a, nt, out, ldo); break;
+    case LM_Q5_0: tokens_q5_0(&w, k, a, nt, out, ldo); break;
+    case LM_Q8_0: tokens_q8_0(&w, k, a, nt, out, ldo); break;
+    case LM_Q4_K: tokens_q4_k(&w, k, a, nt, out, ldo); break;
+    case LM_Q5_K: tokens_q5_k(&w, k, a, nt, out, ldo); break;
+    case LM_Q6_K: tokens_q6_k(&w, k, a, nt, out, ldo); break;
+    }
+}
+
+#else /* not x86: never called (the AVX2 path is never chosen) */
+
+void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
+                   size_t ldo, void *scratch)
+{
+    (void)t, (void)row0, (void)rb, (void)k, (void)a, (void)nt, (void)out, (void)ldo, (void)scratch;
+}
+
+#endif
