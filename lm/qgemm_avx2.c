@@ -70,10 +70,11 @@ int lm_rows8_type(uint32_t t)
 /* ------------------------------------------------------------ unpacking */
 
 /*
- * 32 codes of each of eight rows (v[r]) stored as eight steps of four
- * codes, the rows side by side in each: an 8 x 8 transpose of 32-bit lanes.
+ * Eight 32-bit lanes of each of eight rows (v[r]) stored lane by lane, the
+ * rows side by side in each (an 8 x 8 transpose): for codes, 32 of a row
+ * become eight steps of four.
  */
-AVX2 static INLINE void put_codes8(uint8_t *dst, const __m256i v[8])
+AVX2 static INLINE void put_lanes8(uint8_t *dst, const __m256i v[8])
 {
     __m256i t[8], u[8];
     for (int i = 0; i < 8; i += 2) { /* rows i, i + 1: steps 0 1 | 4 5, then 2 3 | 6 7 */
@@ -106,42 +107,54 @@ AVX2 static void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb
             memcpy(&dh[r], blk, 2);
         }
         _mm256_storeu_ps(w->d + b * 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
-        put_codes8(w->codes + b * 256, v);
+        put_lanes8(w->codes + b * 256, v);
     }
-}
-
-/* Two 16-bit values in one 32-bit lane: lo in the low half. */
-static int32_t pair16(int lo, int hi)
-{
-    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
 }
 
 /*
  * Q4_K, Q5_K, Q6_K: codes, the scale of each group (Q6_K: 16 codes, the
  * others 32), the factors of the 16-code sums (Q6_K: its scales, for the
  * code offset 32; the others: each 32-code group's min, twice) and d, m.
+ * Each row's values are made as a row of lanes and then turned, like the codes.
  */
 AVX2 static void unpack_k(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
 {
     const size_t bs = lm_type_size(t);
     const int six = t == LM_Q6_K, ng = six ? 16 : 8;
     for (int64_t b = 0; b < k / 256; b++) {
+        __m256i sc[2][8], pairs[8];
+        uint16_t dh[8], mh[8];
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = row0 + r * rb + b * bs;
-            int sc[16], mn[16];
-            lm_k_scales(t, blk, sc, mn);
-            for (int g = 0; g < ng; g++)
-                w->sc[(b * ng + g) * 8 + r] = pair16(sc[16 / ng * g], sc[16 / ng * g]);
-            for (int p = 0; p < 8; p++)
-                w->pairs[(b * 8 + p) * 8 + r] = six ? pair16(sc[2 * p], sc[2 * p + 1]) : pair16(mn[2 * p], mn[2 * p + 1]);
-            w->d[b * 8 + r] = half(six ? blk + 208 : blk);
-            w->m[b * 8 + r] = six ? 0.0f : half(blk + 2);
+            if (six) { /* 16 signed scales: as int16 they are the pairs; each twice, the groups' lanes */
+                __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+                __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
+                pairs[r] = s16;
+                sc[0][r] = _mm256_permute2x128_si256(lo, hi, 0x20);
+                sc[1][r] = _mm256_permute2x128_si256(lo, hi, 0x31);
+                memcpy(&dh[r], blk + 208, 2);
+                mh[r] = 0;
+            } else {
+                uint64_t sc8, mn8;
+                k4_scales8(blk + 4, &sc8, &mn8);
+                __m256i s = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+                __m256i m = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8));
+                sc[0][r] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+                pairs[r] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+                memcpy(&dh[r], blk, 2);
+                memcpy(&mh[r], blk + 2, 2);
+            }
         }
+        for (int h = 0; h < ng / 8; h++)
+            put_lanes8((uint8_t *)(w->sc + (b * ng + 8 * h) * 8), sc[h]);
+        put_lanes8((uint8_t *)(w->pairs + b * 64), pairs);
+        _mm256_storeu_ps(w->d + b * 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        _mm256_storeu_ps(w->m + b * 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh)));
         for (int c = 0; c < 8; c++) {
             __m256i v[8];
             for (int r = 0; r < 8; r++)
                 v[r] = k_codes32(t, row0 + r * rb + b * bs, c);
-            put_codes8(w->codes + (b * 64 + 8 * c) * 32, v);
+            put_lanes8(w->codes + (b * 64 + 8 * c) * 32, v);
         }
     }
 }

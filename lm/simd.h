@@ -130,6 +130,22 @@ AVX2 static INLINE __m256i k_codes32(uint32_t t, const uint8_t *blk, int c)
     return t == LM_Q6_K ? q6k_codes32(blk, c) : q45k_codes32(blk, c, t == LM_Q5_K);
 }
 
+/*
+ * Q4_K and Q5_K's eight 6-bit scales (sc8) and mins (mn8) from the
+ * block's 12 scale bytes, a byte each, computed in registers: stored
+ * as ints and read back as vectors they stalled on the store forwarding.
+ * Byte j is lm_k_scales' group 2j (and 2j + 1).
+ */
+static inline void k4_scales8(const uint8_t *q, uint64_t *sc8, uint64_t *mn8)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4), memcpy(&u1, q + 4, 4), memcpy(&u2, q + 8, 4);
+    const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+    uint32_t sc_hi = (u2 & four) | (((u0 >> 6) & two) << 4), mn_hi = ((u2 >> 4) & four) | (((u1 >> 6) & two) << 4);
+    *sc8 = (u0 & six) | (uint64_t)sc_hi << 32;
+    *mn8 = (u1 & six) | (uint64_t)mn_hi << 32;
+}
+
 /* The sum of 8 int32 lanes. */
 AVX2 static inline int32_t hsum8_epi32(__m256i v)
 {
