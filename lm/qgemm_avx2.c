@@ -45,6 +45,15 @@ size_t lm_rows8_bytes(int64_t k)
            2 * round64((size_t)(k / 32) * per8);
 }
 
+int lm_rows8_type(uint32_t t)
+{
+    return t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0 || t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* ------------------------------------------------------------ unpacking */
+
 static void rows8_layout(rows8 *w, int64_t k, void *base)
 {
     uint8_t *p = base;
@@ -59,15 +68,6 @@ static void rows8_layout(rows8 *w, int64_t k, void *base)
     p += round64((size_t)(k / 32) * per8);
     w->m = (float *)p;
 }
-
-int lm_rows8_type(uint32_t t)
-{
-    return t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0 || t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-
-/* ------------------------------------------------------------ unpacking */
 
 /*
  * Eight 32-bit lanes of each of eight rows (v[r]) stored lane by lane, the
