@@ -1,8 +1,9 @@
 /*
  * lm/attention_avx2.c - attention (and the FFN's SiLU, RMSNorm's sums of squares) for x86 CPUs with
- * AVX2 but not AVX-512, chosen at run time: one query at a time, its scores over the K tiles
- * eight keys to a vector, the softmax's exponentials eight at a time, its
- * weighted values eight components to a vector.  Each step is the portable
+ * AVX2 but not AVX-512, chosen at run time: four queries of a KV head at a time, their
+ * scores over the K tiles eight keys to a vector (each load serving all four),
+ * the softmax's exponentials eight at a time, their weighted values eight
+ * components to a vector.  Each step is the portable
  * code's own (attention.c: the same multiply-adds in the same order, the
  * same exp polynomial, the same partial sums), so a logit does not depend
  * on the path; tests compare them bit for bit.  Without it, attention over
@@ -11,6 +12,7 @@
 #include "internal.h"
 #include "simd.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -92,101 +94,178 @@ AVX2 static inline __m256 kv8(const void *base, size_t off, int f16)
 }
 
 /*
- * Scores of one query over its keys into sc[] (attention.c's scores_one): a
- * tile's 16 keys in two vectors, each score its own chain of multiply-adds
- * in component order.  Whole tiles store all 16 and fold them into the
- * maximum by vector (max_ps keeps the maximum when a score is NaN, as the
- * scalar "s > mx" does); tiles cut by the range, and soft-capped scores,
- * go one at a time.
+ * A tile's 16 scores of one query (lo0, hi8: keys j0.., scaled) into sc[]
+ * where they are its keys (attention.c's scores_one): whole tiles store all
+ * 16 and fold them into the maximum by vector (max_ps keeps the maximum when
+ * a score is NaN, as the scalar "s > mx" does); tiles cut by the range, and
+ * soft-capped scores, go one at a time.
  */
-AVX2 static float scores_avx2(const lm_attq *qa, const void *k0, int hd, float scale, float cap, float *sc,
-                              int f16)
+AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 hi8, float cap, float *sc,
+                                  __m256 *m8, float *mx)
 {
-    const int lo = qa->lo, pos = qa->pos;
-    __m256 m8 = _mm256_set1_ps(-INFINITY);
-    float mx = -INFINITY;
-    for (int t = lo / 16; t <= pos / 16; t++) {
+    if (cap <= 0 && j0 >= qa->lo && j0 + 15 <= qa->pos) {
+        _mm256_storeu_ps(sc + j0, lo8);
+        _mm256_storeu_ps(sc + j0 + 8, hi8);
+        *m8 = _mm256_max_ps(hi8, _mm256_max_ps(lo8, *m8));
+        return;
+    }
+    float tile[16];
+    _mm256_storeu_ps(tile, lo8);
+    _mm256_storeu_ps(tile + 8, hi8);
+    for (int j = j0 < qa->lo ? qa->lo : j0; j <= qa->pos && j < j0 + 16; j++) {
+        float s = tile[j - j0];
+        if (cap > 0)
+            s = cap * tanhf(s / cap);
+        sc[j] = s;
+        *mx = s > *mx ? s : *mx;
+    }
+}
+
+/* The keys any of queries qs[0..nq) attends: [*lo, *hi]. */
+static void quad_span(const lm_attq *qs, int nq, int *lo, int *hi)
+{
+    *lo = qs[0].lo, *hi = qs[0].pos;
+    for (int i = 1; i < nq; i++) {
+        *lo = qs[i].lo < *lo ? qs[i].lo : *lo;
+        *hi = qs[i].pos > *hi ? qs[i].pos : *hi;
+    }
+}
+
+/*
+ * Scores of nq <= 4 queries of one KV head into their rows sc[i], maxima
+ * into mx[i]: a tile's 16 keys are two vectors, loaded once for all the
+ * queries, and each score is its own chain of multiply-adds in component
+ * order.  Each query keeps the scores of its own keys only.
+ */
+AVX2 static INLINE void quad_scores(const lm_attq *qs, const int nq, const void *k0, int hd, float scale, float cap,
+                                    float *const sc[4], float mx[4], int f16)
+{
+    int lo, hi;
+    quad_span(qs, nq, &lo, &hi);
+    __m256 m8[4];
+    for (int i = 0; i < nq; i++)
+        m8[i] = _mm256_set1_ps(-INFINITY), mx[i] = -INFINITY;
+    for (int t = lo / 16; t <= hi / 16; t++) {
         const size_t base = (size_t)t * 16 * (size_t)hd;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a[4][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < nq; i++)
+            a[i][0] = a[i][1] = _mm256_setzero_ps();
         for (int d = 0; d < hd; d++) {
-            __m256 qd = _mm256_set1_ps(qa->q[d]);
-            a0 = _mm256_fmadd_ps(qd, kv8(k0, base + 16 * (size_t)d, f16), a0);
-            a1 = _mm256_fmadd_ps(qd, kv8(k0, base + 16 * (size_t)d + 8, f16), a1);
+            const __m256 k_lo = kv8(k0, base + 16 * (size_t)d, f16), k_hi = kv8(k0, base + 16 * (size_t)d + 8, f16);
+#pragma GCC unroll 4
+            for (int i = 0; i < nq; i++) {
+                const __m256 qd = _mm256_set1_ps(qs[i].q[d]);
+                a[i][0] = _mm256_fmadd_ps(qd, k_lo, a[i][0]);
+                a[i][1] = _mm256_fmadd_ps(qd, k_hi, a[i][1]);
+            }
         }
-        a0 = _mm256_mul_ps(a0, _mm256_set1_ps(scale));
-        a1 = _mm256_mul_ps(a1, _mm256_set1_ps(scale));
-        const int j0 = 16 * t;
-        if (cap <= 0 && j0 >= lo && j0 + 15 <= pos) {
-            _mm256_storeu_ps(sc + j0, a0);
-            _mm256_storeu_ps(sc + j0 + 8, a1);
-            m8 = _mm256_max_ps(a1, _mm256_max_ps(a0, m8));
-            continue;
-        }
-        float tile[16];
-        _mm256_storeu_ps(tile, a0);
-        _mm256_storeu_ps(tile + 8, a1);
-        for (int j = j0 < lo ? lo : j0; j <= pos && j < j0 + 16; j++) {
-            float s = tile[j - j0];
-            if (cap > 0)
-                s = cap * tanhf(s / cap);
-            sc[j] = s;
-            mx = s > mx ? s : mx;
-        }
+        for (int i = 0; i < nq; i++)
+            keep_tile(&qs[i], 16 * t, _mm256_mul_ps(a[i][0], _mm256_set1_ps(scale)),
+                      _mm256_mul_ps(a[i][1], _mm256_set1_ps(scale)), cap, sc[i], &m8[i], &mx[i]);
     }
-    float m[8];
-    _mm256_storeu_ps(m, m8);
-    for (int i = 0; i < 8; i++)
-        mx = m[i] > mx ? m[i] : mx;
-    return mx;
+    for (int i = 0; i < nq; i++) {
+        float m[8];
+        _mm256_storeu_ps(m, m8[i]);
+        for (int l = 0; l < 8; l++)
+            mx[i] = m[l] > mx[i] ? m[l] : mx[i];
+    }
 }
 
-/* out[c..c+8nv) = inv * sum over keys lo..pos, in order, of w[j] * v_j (nv <= 8, a constant where inlined). */
-AVX2 static INLINE void values_avx2(const lm_attq *qa, const void *v0, int hdv, int c, int nv, const float *w,
-                                    float inv, int f16)
+/* s[0..nv) += w * v_j's components c.. (nv <= 2 vectors). */
+AVX2 static INLINE void add_value(__m256 s[2], const int nv, float w, const void *v0, size_t row, int f16)
 {
-    __m256 s[8];
-#pragma GCC unroll 8
+    const __m256 x = _mm256_set1_ps(w);
     for (int u = 0; u < nv; u++)
-        s[u] = _mm256_setzero_ps();
-    for (int j = qa->lo; j <= qa->pos; j++) {
-        __m256 x = _mm256_set1_ps(w[j]);
+        s[u] = _mm256_fmadd_ps(x, kv8(v0, row + 8 * (size_t)u, f16), s[u]);
+}
+
+/*
+ * out[c..c+8nv) of each of nq <= 4 queries = inv[i] * the sum over its
+ * keys, in order, of w[i][j] * v_j.  The keys all of them attend (cl..ch)
+ * go once for all, each value vector loaded once; a query's keys before
+ * and after those go on their own, so each sum still runs in key order.
+ */
+AVX2 static INLINE void quad_values(const lm_attq *qs, const int nq, const void *v0, int hdv, int c, const int nv,
+                                    float *const w[4], const float inv[4], int f16)
+{
+    int cl = qs[0].lo, ch = qs[0].pos;
+    for (int i = 1; i < nq; i++) {
+        cl = qs[i].lo > cl ? qs[i].lo : cl;
+        ch = qs[i].pos < ch ? qs[i].pos : ch;
+    }
+    if (cl > ch) /* no key in common: each query alone */
+        cl = INT_MAX, ch = INT_MAX - 1;
+    __m256 s[4][2];
+    for (int i = 0; i < nq; i++) {
+        s[i][0] = s[i][1] = _mm256_setzero_ps();
+        for (int j = qs[i].lo; j <= qs[i].pos && j < cl; j++)
+            add_value(s[i], nv, w[i][j], v0, (size_t)j * (size_t)hdv + (size_t)c, f16);
+    }
+    for (int j = cl; j <= ch; j++) {
         const size_t row = (size_t)j * (size_t)hdv + (size_t)c;
-#pragma GCC unroll 8
+        __m256 v[2];
         for (int u = 0; u < nv; u++)
-            s[u] = _mm256_fmadd_ps(x, kv8(v0, row + 8 * (size_t)u, f16), s[u]);
+            v[u] = kv8(v0, row + 8 * (size_t)u, f16);
+#pragma GCC unroll 4
+        for (int i = 0; i < nq; i++) {
+            const __m256 x = _mm256_set1_ps(w[i][j]);
+            for (int u = 0; u < nv; u++)
+                s[i][u] = _mm256_fmadd_ps(x, v[u], s[i][u]);
+        }
     }
-#pragma GCC unroll 8
-    for (int u = 0; u < nv; u++)
-        _mm256_storeu_ps(qa->out + c + 8 * u, _mm256_mul_ps(s[u], _mm256_set1_ps(inv)));
+    for (int i = 0; i < nq; i++) {
+        for (int j = ch + 1 > qs[i].lo ? ch + 1 : qs[i].lo; j <= qs[i].pos; j++)
+            add_value(s[i], nv, w[i][j], v0, (size_t)j * (size_t)hdv + (size_t)c, f16);
+        for (int u = 0; u < nv; u++)
+            _mm256_storeu_ps(qs[i].out + c + 8 * u, _mm256_mul_ps(s[i][u], _mm256_set1_ps(inv[i])));
+    }
 }
 
-/* One query: scores, softmax, values, as attention.c's attend_one. */
-AVX2 static void attend_one_avx2(const lm_attq *qa, const void *k0, const void *v0, int hd, int hdv, float scale,
-                                 float cap, float *scores, int f16)
+/* nq <= 4 queries: scores, softmax, values, each as attention.c's attend_one. */
+AVX2 static INLINE void attend_quad(const lm_attq *qs, const int nq, const void *k0, const void *v0, int hd, int hdv,
+                                    float scale, float cap, float *scores, size_t sstride, int f16)
 {
-    float mx = scores_avx2(qa, k0, hd, scale, cap, scores, f16);
-    float inv = lm_softmax_exp_avx2(scores, qa->lo, qa->pos, mx);
+    float *sc[4], mx[4], inv[4];
+    for (int i = 0; i < nq; i++)
+        sc[i] = scores + (size_t)i * sstride;
+    quad_scores(qs, nq, k0, hd, scale, cap, sc, mx, f16);
+    for (int i = 0; i < nq; i++)
+        inv[i] = lm_softmax_exp_avx2(sc[i], qs[i].lo, qs[i].pos, mx[i]);
     int c = 0;
-    for (; c + 64 <= hdv; c += 64) /* eight vectors of sums at a time */
-        values_avx2(qa, v0, hdv, c, 8, scores, inv, f16);
-    for (; c < hdv; c += 8)
-        values_avx2(qa, v0, hdv, c, 1, scores, inv, f16);
+    for (; c + 16 <= hdv; c += 16) /* two vectors of sums a query */
+        quad_values(qs, nq, v0, hdv, c, 2, sc, inv, f16);
+    if (c < hdv)
+        quad_values(qs, nq, v0, hdv, c, 1, sc, inv, f16);
+}
+
+AVX2 __attribute__((noinline)) static void attend_quads(const lm_attq *qs, int n, const void *k0, const void *v0,
+                                                        int hd, int hdv, float scale, float cap, float *scores,
+                                                        size_t sstride, int f16)
+{
+    int a = 0;
+    for (; a + 4 <= n; a += 4)
+        attend_quad(qs + a, 4, k0, v0, hd, hdv, scale, cap, scores, sstride, f16);
+    switch (n - a) {
+    case 3: attend_quad(qs + a, 3, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
+    case 2: attend_quad(qs + a, 2, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
+    case 1: attend_quad(qs + a, 1, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
+    }
 }
 
 /*
  * lm_attend_group_avx512's contract without AVX-512: queries qs[0..n)
- * against KV head's cache (K tiles at k0, V rows at v0), one at a time,
- * each with scores[] (sstride and acc unused).  Returns 0 for head sizes
+ * against KV head's cache (K tiles at k0, V rows at v0), four at a time,
+ * each with a row of scores (sstride apart; acc unused).  Returns 0 for head sizes
  * that are not multiples of 16 (keys) and 8 (values).
  */
 AVX2 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                               float scale, float cap, float *scores, size_t sstride, float *acc, int f16)
 {
-    (void)sstride, (void)acc;
+    (void)acc;
     if (hd % 16 || hdv % 8 || n < 1)
         return 0;
-    for (int a = 0; a < n; a++)
-        attend_one_avx2(&qs[a], k0, v0, hd, hdv, scale, cap, scores, f16);
+    attend_quads(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16);
     return 1;
 }
 

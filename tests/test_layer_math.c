@@ -152,7 +152,7 @@ typedef int (*attend_fn)(const lm_attq *qs, int n, const void *k0, const void *v
  * of 16 positions, vector exp) gives every query the portable bytes, whatever the
  * other queries of its group: positions and windows differ within a group,
  * pairs share value loads, and rows span several key blocks.  So does the
- * AVX2 one, a query at a time.
+ * AVX2 one, four queries at a time (some with no key in common).
  */
 START_TEST(test_attention_fast_bitwise)
 {
