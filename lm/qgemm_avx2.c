@@ -181,13 +181,38 @@ AVX2 static INLINE __m256 hsum16_rows(const __m256 l[16])
 }
 
 /*
+ * Steps s0..s0 + run - 1 of the codes (each four codes of the eight rows)
+ * against T tokens' activation codes q[i]: the pair sums added in 16 bits,
+ * then widened by one vpmaddwd with f (ones, or a group's scale) into is[i].
+ * The steps unroll by two: all eight at once, GCC ran out of registers and
+ * kept the sums on the stack (tinyllama Q4_0, 128-token prompt: 117
+ * against 142 t/s).
+ */
+AVX2 static INLINE void run_sums(const uint8_t *codes, int s0, const int run, const int8_t *const q[4], const int T,
+                                 __m256i f, __m256i is[4])
+{
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        p[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int s = s0; s < s0 + run; s++) {
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s));
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(c, codes4(q[i] + 4 * s)));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p[i], f));
+}
+
+/*
  * Block b's exact integer sums for T tokens (is[i], a lane a row): the
  * codes less their offset times the activations.  Q4_0 pair sums reach at
  * most 2 * 15 * 127, so eight steps add up in 16 bits; Q5_0's 2 * 31 * 127,
  * four steps.  Q8_0's codes are signed: their signs go onto the
- * activations (sign trick) and every step widens.  The steps unroll by
- * two: all eight at once, GCC ran out of registers and kept the sums on
- * the stack (tinyllama Q4_0, 128-token prompt: 117 against 142 t/s).
+ * activations (sign trick) and every step widens.
  */
 AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_row *a, int64_t b, const int T,
                                    __m256i is[4])
@@ -209,25 +234,13 @@ AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_r
         return;
     }
     const int off = t == LM_Q4_0 ? 8 : 16, run = t == LM_Q4_0 ? 8 : 4;
+    const int8_t *q[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        q[i] = a[i].qs + b * 32, is[i] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-    for (int h = 0; h < 8; h += run) {
-        __m256i p[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < T; i++)
-            p[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-        for (int s = h; s < h + run; s++) {
-            const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s));
-#pragma GCC unroll 4
-            for (int i = 0; i < T; i++)
-                p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(c, codes4(a[i].qs + b * 32 + 4 * s)));
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < T; i++) {
-            const __m256i wide = _mm256_madd_epi16(p[i], ones);
-            is[i] = h ? _mm256_add_epi32(is[i], wide) : wide;
-        }
-    }
+    for (int h = 0; h < 8; h += run)
+        run_sums(codes, h, run, q, T, ones, is);
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++) /* the offset: off times the block's activation sum */
         is[i] = _mm256_add_epi32(is[i], _mm256_set1_epi32(-off * (a[i].sum16[2 * b] + a[i].sum16[2 * b + 1])));
@@ -278,27 +291,14 @@ AVX2 static INLINE void superblock_sums8(uint32_t t, const rows8 *w, const act_r
     const int ng = t == LM_Q6_K ? 16 : 8, per_group = 64 / ng;
     const int run = t == LM_Q4_K ? 8 : t == LM_Q5_K ? 4 : 2;
     const uint8_t *codes = w->codes + b * 64 * 32;
+    const int8_t *q[4];
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++)
-        is[i] = ps[i] = _mm256_setzero_si256();
+        q[i] = a[i].qs + b * 256, is[i] = ps[i] = _mm256_setzero_si256();
     for (int g = 0; g < ng; g++) {
         const __m256i sc = _mm256_loadu_si256((const __m256i *)(w->sc + (b * ng + g) * 8));
-        for (int h = g * per_group; h < (g + 1) * per_group; h += run) {
-            __m256i p[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < T; i++)
-                p[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int s = h; s < h + run; s++) {
-                const __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 32 * s));
-#pragma GCC unroll 4
-                for (int i = 0; i < T; i++)
-                    p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(c, codes4(a[i].qs + b * 256 + 4 * s)));
-            }
-#pragma GCC unroll 4
-            for (int i = 0; i < T; i++)
-                is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p[i], sc));
-        }
+        for (int h = g * per_group; h < (g + 1) * per_group; h += run)
+            run_sums(codes, h, run, q, T, sc, is);
     }
     for (int p = 0; p < 8; p++) {
         const __m256i f = _mm256_loadu_si256((const __m256i *)(w->pairs + (b * 8 + p) * 8));
