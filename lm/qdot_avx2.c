@@ -96,7 +96,7 @@ AVX2 static inline __m256i lane_sums_avx2(__m256i uu, const int8_t *a, const int
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(aa, c)), ones);
     }
     __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(uu, aa), ones);
-    return _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr));
+    return negcorr ? _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)negcorr)) : v; /* NULL: later */
 }
 
 /* The same for 32 decoded codes at u. */
@@ -222,13 +222,19 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
         dh[j] = 0, v[j] = _mm256_setzero_si256();
         if (j < m) {
             memcpy(&dh[j], blk, 2);
-            v[j] = lane_sums_avx2(b32_codes32(t, blk), a->qs + i * 32, a->negcorr + i * 8, t == LM_Q8_0);
+            v[j] = lane_sums_avx2(b32_codes32(t, blk), a->qs + i * 32, NULL, t == LM_Q8_0);
         }
+    }
+    __m256i sums = totals8_avx2(v);
+    if (t != LM_Q8_0) { /* the code offset, once a block: -offset * (its two 16-code sums) */
+        __m256i s16 = m == 8 ? _mm256_loadu_si256((const __m256i *)(a->sum16 + 2 * b))
+                             : _mm256_maskload_epi32((const int *)(a->sum16 + 2 * b), first_lanes(m));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(s16, _mm256_set1_epi16(t == LM_Q4_0 ? -8 : -16)));
     }
     __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
                                                (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
     __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
 }
 
 /* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
