@@ -268,26 +268,42 @@ ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
-/* Scale times code times activation over 32 codes (groups with scales s0, s1), into acc's lanes. */
-AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a, int s0, int s1)
+/* Scale times code times activation over 32 codes (sc: each code pair's scale), into acc's lanes. */
+AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a, __m256i sc)
 {
     __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)a)); /* codes < 64: exact */
-    __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
 }
 
-/* Group g's scale of a Q4_K/Q5_K (sc8) or Q6_K (int8 at blk + 192) super-block. */
-#define GROUP_SCALE(t, blk, sc8, g) \
-    ((t) == LM_Q6_K ? (int)(int8_t)(blk)[192 + (g)] : (int)(((sc8) >> (8 * ((g) / 2))) & 0xff))
+/* A byte shuffle putting 16-bit word j0 of a 128-bit half in every word of the low half, j1 of the high. */
+AVX2 static INLINE __m256i word_picks(int j0, int j1)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * j1)), _mm_set1_epi16((short)(0x0100 + 0x0202 * j0)));
+}
 
-/* The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code * activation, in 8 lanes. */
+/*
+ * The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code *
+ * activation, in 8 lanes.  The scales are widened to 16 bits once, and a
+ * chunk's (Q4_K, Q5_K: its 32-code group's; Q6_K: groups 2c and 2c + 1,
+ * one a half) spread by one byte shuffle (building each from two scalars
+ * had cost five operations a chunk).
+ */
 AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, uint64_t sc8)
 {
+    __m256i lo, hi; /* scales 0-7 (Q6_K: and 8-15) as 16-bit words, in both halves */
+    if (t == LM_Q6_K) {
+        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+    } else {
+        lo = hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+    }
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; c++) /* codes 32c.., groups 2c and 2c + 1 */
-        acc = scaled_chunk(acc, k_codes32(t, blk, c), a + 32 * c, GROUP_SCALE(t, blk, sc8, 2 * c),
-                           GROUP_SCALE(t, blk, sc8, 2 * c + 1));
+    for (int c = 0; c < 8; c++) { /* codes 32c.. */
+        __m256i sc = t == LM_Q6_K ? _mm256_shuffle_epi8(c < 4 ? lo : hi, word_picks(2 * c % 8, (2 * c + 1) % 8))
+                                  : _mm256_shuffle_epi8(lo, word_picks(c, c));
+        acc = scaled_chunk(acc, k_codes32(t, blk, c), a + 32 * c, sc);
+    }
     return acc;
 }
 
