@@ -275,11 +275,22 @@ AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a,
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
 }
 
-/* A byte shuffle putting 16-bit word j0 of a 128-bit half in every word of the low half, j1 of the high. */
-AVX2 static INLINE __m256i word_picks(int j0, int j1)
-{
-    return _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * j1)), _mm_set1_epi16((short)(0x0100 + 0x0202 * j0)));
-}
+/*
+ * Byte shuffles putting one 16-bit word of a 128-bit half in every word of
+ * the low half and one in every word of the high: same[j] word j in both,
+ * pair[j] words 2j and 2j + 1.  A table, so each is one load (built in the
+ * loop, each had cost four operations a super-block).
+ */
+#define PICK(j) (uint16_t)(0x0100 + 0x0202 * (j))
+#define PICKS(j0, j1)                                                                                     \
+    {PICK(j0), PICK(j0), PICK(j0), PICK(j0), PICK(j0), PICK(j0), PICK(j0), PICK(j0),                     \
+     PICK(j1), PICK(j1), PICK(j1), PICK(j1), PICK(j1), PICK(j1), PICK(j1), PICK(j1)}
+static const uint16_t picks_same[8][16] __attribute__((aligned(32))) = {
+    PICKS(0, 0), PICKS(1, 1), PICKS(2, 2), PICKS(3, 3), PICKS(4, 4), PICKS(5, 5), PICKS(6, 6), PICKS(7, 7)};
+static const uint16_t picks_pair[4][16] __attribute__((aligned(32))) = {PICKS(0, 1), PICKS(2, 3), PICKS(4, 5),
+                                                                         PICKS(6, 7)};
+#undef PICKS
+#undef PICK
 
 /*
  * The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code *
@@ -300,8 +311,9 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) { /* codes 32c.. */
-        __m256i sc = t == LM_Q6_K ? _mm256_shuffle_epi8(c < 4 ? lo : hi, word_picks(2 * c % 8, (2 * c + 1) % 8))
-                                  : _mm256_shuffle_epi8(lo, word_picks(c, c));
+        __m256i sc = t == LM_Q6_K
+                         ? _mm256_shuffle_epi8(c < 4 ? lo : hi, _mm256_load_si256((const __m256i *)picks_pair[c % 4]))
+                         : _mm256_shuffle_epi8(lo, _mm256_load_si256((const __m256i *)picks_same[c]));
         acc = scaled_chunk(acc, k_codes32(t, blk, c), a + 32 * c, sc);
     }
     return acc;
