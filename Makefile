@@ -7,6 +7,8 @@ SHARED  ?= ../shared
 MODEL   ?= $(SHARED)/models/stories260K.gguf
 PYTHON  ?= /usr/bin/python3
 ARCH_FLAGS ?= -march=native
+# `make check` compiles on every core, then runs the tests in order
+NPROC   := $(shell nproc 2>/dev/null || echo 1)
 
 WARN    = -Wall -Wextra -Werror
 BASE    = -std=c11 -D_GNU_SOURCE -fopenmp $(WARN)
@@ -131,7 +133,8 @@ build/aarch64/kvchat-logits: tests/aarch64/logits.c $(wildcard lm/*.c lm/*.h)
 
 A64_PARITY = $(sort $(wildcard $(SHARED)/reference/llama-t512-*/ $(SHARED)/reference/*-t512-Q4_K_M/))
 
-check-aarch64: deps build/aarch64/neon_kernels build/aarch64/kvchat-logits
+CHECK_A64_BUILDS = build/aarch64/neon_kernels build/aarch64/kvchat-logits
+check-aarch64: deps $(CHECK_A64_BUILDS)
 	$(A64_RUN) build/aarch64/neon_kernels
 	@A64_RUN="$(A64_RUN)" $(PYTHON) $(SHARED)/tools/parity.py tests/aarch64/parity.sh $(A64_PARITY) | \
 	  tail -1 | sed 's/^/aarch64 (NEON) build: /'; test $${PIPESTATUS[0]} -eq 0
@@ -144,7 +147,8 @@ CHECK_FUZZ_TIME ?= 10
 
 check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
-	$(MAKE) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan
+	$(MAKE) -j$(NPROC) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan \
+	  $(CHECK_A64_BUILDS) $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
 	$(MAKE) --no-print-directory check-aarch64
 	$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME) FUZZ_OUT=build/fuzz-corpus
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
