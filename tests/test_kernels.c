@@ -532,7 +532,8 @@ END_TEST
 /*
  * A few tokens through Q4_0, Q5_0 and Q8_0 rows (2-19: the kernels of every
  * token count, blocks in lanes where the CPU has VBMI), rows whose last
- * step has 1-16 blocks, against the scalar dot of each row and token.
+ * step has 1-16 blocks, against the scalar dot of each row and token; and
+ * the same through the AVX2 batch kernel (lanes of 1-16 blocks, 1-4 tokens a tile).
  */
 START_TEST(test_matmul_few_tokens_bitwise)
 {
@@ -544,9 +545,15 @@ START_TEST(test_matmul_few_tokens_bitwise)
     uint64_t seed = 29;
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
-    for (size_t c = 0; c < 3 * sizeof blocks / sizeof blocks[0]; c++) {
+    const size_t cases = 3 * sizeof blocks / sizeof blocks[0];
+    for (size_t c = 0; c < 2 * cases; c++) {
+        if (c == cases) { /* again through the AVX2 kernels, where the CPU has AVX-512 */
+            if (s.isa < LM_ISA_AVX512)
+                break;
+            s.isa = LM_ISA_AVX2, s.amx = s.vbmi = s.gfni = 0;
+        }
         const uint32_t ty = types[c % 3];
-        const int k = 32 * blocks[c / 3];
+        const int k = 32 * blocks[c % cases / 3];
         const size_t rb = lm_row_bytes(ty, k);
         for (int r = 0; r < ROWS; r++)
             random_row(ty, wmem + r * rb, rb, &seed);
@@ -555,7 +562,8 @@ START_TEST(test_matmul_few_tokens_bitwise)
         lm_tensor w = {"w", ty, {k, ROWS}, wmem};
         for (int n = 2; n <= NT; n++) {
             lm_matmul(out, &w, x, n, &s);
-            ck_assert(matmul_matches_scalar(&w, x, out, n) == 0);
+            ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d isa %d, %d tokens", lm_type_name(ty), k,
+                          s.isa, n);
         }
     }
     mm_scratch_free(&s);
