@@ -121,16 +121,6 @@ AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 
     }
 }
 
-/* The keys any of queries qs[0..nq) attends: [*lo, *hi]. */
-static void quad_span(const lm_attq *qs, int nq, int *lo, int *hi)
-{
-    *lo = qs[0].lo, *hi = qs[0].pos;
-    for (int i = 1; i < nq; i++) {
-        *lo = qs[i].lo < *lo ? qs[i].lo : *lo;
-        *hi = qs[i].pos > *hi ? qs[i].pos : *hi;
-    }
-}
-
 /*
  * Scores of nq <= 4 queries of one KV head into their rows sc[i], maxima
  * into mx[i]: a tile's 16 keys are two vectors, loaded once for all the
@@ -141,7 +131,7 @@ AVX2 static INLINE void quad_scores(const lm_attq *qs, const int nq, const void 
                                     float *const sc[4], float mx[4], int f16)
 {
     int lo, hi;
-    quad_span(qs, nq, &lo, &hi);
+    lm_attq_span(qs, nq, &lo, &hi);
     __m256 m8[4];
     for (int i = 0; i < nq; i++)
         m8[i] = _mm256_set1_ps(-INFINITY), mx[i] = -INFINITY;
@@ -189,11 +179,8 @@ AVX2 static INLINE void add_value(__m256 s[2], const int nv, float w, const void
 AVX2 static INLINE void quad_values(const lm_attq *qs, const int nq, const void *v0, int hdv, int c, const int nv,
                                     float *const w[4], const float inv[4], int f16)
 {
-    int cl = qs[0].lo, ch = qs[0].pos;
-    for (int i = 1; i < nq; i++) {
-        cl = qs[i].lo > cl ? qs[i].lo : cl;
-        ch = qs[i].pos < ch ? qs[i].pos : ch;
-    }
+    int cl, ch;
+    lm_attq_common(qs, nq, &cl, &ch);
     if (cl > ch) /* no key in common: each query alone */
         cl = INT_MAX, ch = INT_MAX - 1;
     __m256 s[4][2];

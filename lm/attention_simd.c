@@ -172,16 +172,6 @@ static inline __mmask16 lane_range(int lo, int hi)
     return (__mmask16)(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
 }
 
-/* The queries' key range: from the lowest lo to the highest pos. */
-static void group_span(const lm_attq *qs, int n, int *lo, int *hi)
-{
-    *lo = qs[0].lo, *hi = qs[0].pos;
-    for (int a = 1; a < n; a++) {
-        *lo = qs[a].lo < *lo ? qs[a].lo : *lo;
-        *hi = qs[a].pos > *hi ? qs[a].pos : *hi;
-    }
-}
-
 /*
  * Scores of the nt tiles from key p into the rows of the na queries that
  * see them; their running maxima in mx (na, nt constants where inlined).
@@ -233,12 +223,9 @@ INLINE_AVX512 void tiles_step(const lm_attq *qs, int na, int nt, int p, const vo
 INLINE_AVX512 void quad_scores(const lm_attq *qs, int na, const void *k0, int b0, int b1, int nq,
                                float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
 {
-    int lo, hi, inner_lo = qs[0].lo, inner_hi = qs[0].pos;
-    group_span(qs, na, &lo, &hi);
-    for (int i = 1; i < na; i++) { /* keys every query sees */
-        inner_lo = qs[i].lo > inner_lo ? qs[i].lo : inner_lo;
-        inner_hi = qs[i].pos < inner_hi ? qs[i].pos : inner_hi;
-    }
+    int lo, hi, inner_lo, inner_hi;
+    lm_attq_span(qs, na, &lo, &hi);
+    lm_attq_common(qs, na, &inner_lo, &inner_hi); /* keys every query sees */
     __m512 mx[4];
 #pragma GCC unroll 4
     for (int i = 0; i < na; i++)
@@ -423,7 +410,7 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
     for (int a = 0; a < n; a++)
         vmx[a] = _mm512_set1_ps(-__builtin_inff());
     int lo, hi, kb = block_keys(16 * (nq > nv ? nq : nv), f16);
-    group_span(qs, n, &lo, &hi);
+    lm_attq_span(qs, n, &lo, &hi);
     const size_t es = f16 ? 2 : 4, kbytes = 16 * (size_t)nq * es, vbytes = 16 * (size_t)nv * es;
     const int first = lo & ~31, end = (hi + 16) & ~15; /* from a pair of tiles to a tile */
     for (int b = first; b < end; b += kb) {

@@ -284,6 +284,24 @@ typedef struct lm_attq {
     float *out;
     int lo, pos;
 } lm_attq;
+/* The keys any of queries qs[0..n) attends: from the lowest lo to the highest pos. */
+static inline void lm_attq_span(const lm_attq *qs, int n, int *lo, int *hi)
+{
+    *lo = qs[0].lo, *hi = qs[0].pos;
+    for (int a = 1; a < n; a++) {
+        *lo = qs[a].lo < *lo ? qs[a].lo : *lo;
+        *hi = qs[a].pos > *hi ? qs[a].pos : *hi;
+    }
+}
+/* The keys every one of them attends: from the highest lo to the lowest pos (empty when *lo > *hi). */
+static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
+{
+    *lo = qs[0].lo, *hi = qs[0].pos;
+    for (int a = 1; a < n; a++) {
+        *lo = qs[a].lo > *lo ? qs[a].lo : *lo;
+        *hi = qs[a].pos < *hi ? qs[a].pos : *hi;
+    }
+}
 #define LM_ATT_QMAX 64     /* queries attended together, at most */
 #define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
 /*
