@@ -294,20 +294,15 @@ static const uint16_t picks_pair[4][16] __attribute__((aligned(32))) = {PICKS(0,
 
 /*
  * The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code *
- * activation, in 8 lanes.  The scales are widened to 16 bits once, and a
- * chunk's (Q4_K, Q5_K: its 32-code group's; Q6_K: groups 2c and 2c + 1,
- * one a half) spread by one byte shuffle (building each from two scalars
- * had cost five operations a chunk).
+ * activation, in 8 lanes.  s16 holds the group scales as 16-bit words (Q6_K
+ * 16, the others 8 in the low half), and a chunk's (Q4_K, Q5_K: its 32-code
+ * group's; Q6_K: groups 2c and 2c + 1, one a half) are spread by one byte
+ * shuffle (building each from two scalars had cost five operations a chunk).
  */
-AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, uint64_t sc8)
+AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, __m256i s16)
 {
-    __m256i lo, hi; /* scales 0-7 (Q6_K: and 8-15) as 16-bit words, in both halves */
-    if (t == LM_Q6_K) {
-        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
-        lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
-    } else {
-        lo = hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-    }
+    /* scales 0-7, and (Q6_K) 8-15, in both halves */
+    const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) { /* codes 32c.. */
@@ -331,17 +326,19 @@ AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, i
         const uint8_t *blk = row + (size_t)b * bs;
         const int16_t *s16 = a->sum16 + b * 16;
         lm_prefetch_ahead(blk, bs);
-        uint64_t sc8 = 0, mn8 = 0;
+        __m256i scales; /* the group scales as 16-bit words */
         int32_t corr = 0, msum = 0;
         if (t == LM_Q6_K) { /* codes 0..63 for -32..31: 32 * sum of scale * activation sum off */
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
-            corr = 32 * group_dot16(sc16, s16);
+            scales = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+            corr = 32 * group_dot16(scales, s16);
         } else {
+            uint64_t sc8, mn8;
             k4_scales8(blk + 4, &sc8, &mn8);
+            scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8));
             __m128i m8 = _mm_cvtsi64_si128((long long)mn8);
             msum = group_dot16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), s16); /* each min twice */
         }
-        int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, sc8)) - corr;
+        int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, scales)) - corr;
         float d = half(t == LM_Q6_K ? blk + 208 : blk), m = t == LM_Q6_K ? 0.0f : half(blk + 2);
         acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
         mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
