@@ -102,12 +102,11 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     if (s->amx && rows16_init(s, max_k))
         return -1;
     if (s->isa >= LM_ISA_AVX2) { /* tests take the AVX2 path on AVX-512 CPUs too */
-        s->r8 = calloc((size_t)n_threads, sizeof *s->r8);
-        for (int i = 0; s->r8 && i < n_threads; i++)
+        if (!(s->r8 = calloc((size_t)n_threads, sizeof *s->r8)))
+            return -1;
+        for (int i = 0; i < n_threads; i++)
             if (!(s->r8[i] = aligned_alloc(64, lm_rows8_bytes(max_k))))
                 return -1;
-        if (!s->r8)
-            return -1;
     }
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
