@@ -491,7 +491,8 @@ static int matmul_matches_scalar(const lm_tensor *w, const float *x, const float
  * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
  * (16-row tiles, then the rows left over) and for one token, a few and a
  * batch (every kernel family), against the scalar dot of each row and token;
- * where the CPU has AVX-512, the same again through the AVX2 kernels.
+ * where the CPU has AVX-512, the same again without VBMI and GFNI (as on
+ * Skylake-X: one token through the 16-row kernel) and through the AVX2 kernels.
  */
 START_TEST(test_matmul_paths_bitwise)
 {
@@ -507,14 +508,16 @@ START_TEST(test_matmul_paths_bitwise)
     ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
     const int isa = s.isa, amx = s.amx;
     const size_t ntypes = sizeof types / sizeof types[0];
-    for (size_t ti = 0; ti < 3 * ntypes; ti++) {
+    for (size_t ti = 0; ti < 4 * ntypes; ti++) {
         uint32_t ty = types[ti % ntypes];
         s.amx = amx && ti < ntypes; /* then the same without AMX tiles, where there were */
-        if (ti >= 2 * ntypes) {     /* and through the AVX2 kernels */
+        if (ti >= 2 * ntypes) {     /* AVX-512 without VBMI and GFNI (the 16-row kernel) */
             if (isa < LM_ISA_AVX512)
                 break;
-            s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = 0;
+            s.vbmi = s.gfni = 0;
         }
+        if (ti >= 3 * ntypes) /* and through the AVX2 kernels */
+            s.isa = LM_ISA_AVX2;
         size_t rb = lm_row_bytes(ty, K);
         for (int r = 0; r < ROWS; r++)
             random_row(ty, wmem + r * rb, rb, &seed);
