@@ -386,6 +386,47 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
     }
 }
 
+/*
+ * The last m (1..4) Q8_0 blocks of a row, where a whole step's transpose
+ * would cost as much as 16 blocks (rows of 576: 18 blocks): two blocks'
+ * codes a vector against the token's codes as they lie, then each block's
+ * 8 lanes added up.  Block i's exact sum in lane i.
+ */
+VBMI static INLINE __m512i q8_0_tail_sums(const uint8_t *w, int m, const act_row *a, int64_t b)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i v[2];
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++) {
+        const int live = m - 2 * p; /* blocks of this pair in the row */
+        if (live <= 0) {
+            v[p] = _mm512_setzero_si512();
+            continue;
+        }
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(w + 34 * 2 * p + 2));
+        __m256i hi = live > 1 ? _mm256_loadu_si256((const __m256i *)(w + 34 * (2 * p + 1) + 2)) : _mm256_setzero_si256();
+        __m512i u = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+        const __mmask16 words = live > 1 ? 0xffff : 0x00ff;
+        __m512i qa = _mm512_maskz_loadu_epi32(words, a->qs + 32 * (b + 2 * p));
+        __m512i nc = _mm512_maskz_loadu_epi32(words, a->negcorr + 8 * (b + 2 * p));
+        v[p] = _mm512_dpbusd_epi32(nc, u, qa);
+    }
+    /* 128-bit chunk c: the four halves of block c's 8 lanes, then each chunk summed */
+    __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], 0x88), _mm512_shuffle_i32x4(v[0], v[1], 0xdd));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_CDAB));
+    return _mm512_maskz_compress_epi32(0x1111, x);
+}
+
+/* The f16 scales of m (1..4) Q8_0 blocks as f32, lanes 0..m-1. */
+VBMI static INLINE __m512 q8_0_tail_scales(const uint8_t *w, int m)
+{
+    uint16_t h[16] = {0};
+    for (int i = 0; i < m; i++)
+        memcpy(&h[i], w + 34 * i, 2);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
 /* n (a constant, <= 8) tokens through one row of type t (a constant): token i into out[i * ostride]. */
 VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                                   const lane_ix *ix, float *out, size_t ostride)
@@ -402,6 +443,16 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         __m512i u[8];
         __m512 dw;
         lm_prefetch_ahead(row + bs * (size_t)b, bs * (size_t)m);
+        if (t == LM_Q8_0 && m <= 4) {
+            dw = q8_0_tail_scales(row + bs * (size_t)b, m);
+#pragma GCC unroll 8
+            for (int i = 0; i < n; i++) {
+                const __m512 sums = _mm512_cvtepi32_ps(q8_0_tail_sums(row + bs * (size_t)b, m, &a[i], b));
+                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
+                acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
+            }
+            continue;
+        }
         b32_lanes(t, row + bs * (size_t)b, m, ix, u, &dw);
 #pragma GCC unroll 8
         for (int i = 0; i < n; i++) {

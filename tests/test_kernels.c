@@ -533,16 +533,17 @@ START_TEST(test_matmul_paths_bitwise)
 END_TEST
 
 /*
- * A few tokens through Q4_0, Q5_0 and Q8_0 rows (2-19: the kernels of every
- * token count, blocks in lanes where the CPU has VBMI), rows whose last
- * step has 1-16 blocks, against the scalar dot of each row and token; and
- * the same through the AVX2 batch kernel (lanes of 1-16 blocks, 1-4 tokens a tile).
+ * One token and a few through Q4_0, Q5_0 and Q8_0 rows (1-19: the kernels of
+ * every token count, blocks in lanes where the CPU has VBMI), rows whose
+ * last step has 1-16 blocks (Q8_0's last 1-4 apart), against the scalar dot
+ * of each row and token; and the same through the AVX2 kernels (lanes of
+ * 1-16 blocks, 1-4 tokens a tile).
  */
 START_TEST(test_matmul_few_tokens_bitwise)
 {
     enum { ROWS = 19, NT = 19 };
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
-    static const int blocks[] = {1, 15, 16, 17, 19, 23, 24};
+    static const int blocks[] = {1, 15, 16, 17, 18, 19, 20, 23, 24};
     static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
     uint64_t seed = 29;
@@ -563,7 +564,7 @@ START_TEST(test_matmul_few_tokens_bitwise)
         for (int i = 0; i < NT * k; i++)
             x[i] = sinf((float)(i + c) * 0.021f) * (float)(1 + i % 5);
         lm_tensor w = {"w", ty, {k, ROWS}, wmem};
-        for (int n = 2; n <= NT; n++) {
+        for (int n = 1; n <= NT; n++) {
             lm_matmul(out, &w, x, n, &s);
             ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d isa %d, %d tokens", lm_type_name(ty), k,
                           s.isa, n);
