@@ -403,8 +403,9 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     lm_act_layout(atype, k, a, dst);
     if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
         lm_act_windows(a);
-    else if ((!grouped && lanes_type(w, s)) || (n_tok == 1 && s->isa == LM_ISA_AVX2 && w->type == LM_Q4_0))
-        lm_act_lanes(a); /* (AVX2: qdot_avx2.c's Q4_0 rows, eight blocks a step) */
+    else if ((!grouped && lanes_type(w, s)) ||
+             (n_tok == 1 && s->isa == LM_ISA_AVX2 && (w->type == LM_Q4_0 || w->type == LM_Q5_0)))
+        lm_act_lanes(a); /* (AVX2: qdot_avx2.c's Q4_0 and Q5_0 rows, eight blocks a step) */
     else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
         lm_act_nibbles(a); /* codes as the row's nibbles lie (qrow_k.c) */
 }

@@ -256,45 +256,82 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
 }
 
 /*
- * Q4_0 with the token's codes in lanes (lm_act_lanes: codes 4q..4q+3 of
- * block j in 32-bit lane j of vector q), eight blocks a step: their nibble
- * bytes are transposed the same way (two rounds of unpacks), so eight
- * maddubs give every block's products in its own lane and no block needs
- * a horizontal sum.  Codes 0-15 times +-127, eight pairs added: at most
- * 30480, exact in 16 bits.  The scales and float steps are stored8_avx2's.
+ * Q4_0 and Q5_0 with the token's codes in lanes (lm_act_lanes: codes
+ * 4q..4q+3 of block j in 32-bit lane j of vector q), eight blocks a step:
+ * their nibble bytes are transposed the same way (two rounds of unpacks),
+ * so eight maddubs give every block's products in its own lane and no
+ * block needs a horizontal sum.  Q5_0's fifth bits: byte q / 2 of each
+ * block's qh (bits 8(q / 2)..) in all four bytes of its lane, one bit a
+ * byte tested.  Codes up to 15 (31) times +-127, eight (four) pairs added:
+ * at most 30480 (31496), exact in 16 bits.  The float steps are
+ * stored8_avx2's.
  */
-AVX2 static INLINE __m128i q4_0_nibbles(const uint8_t *blk, int j, int m)
+#define B32_NIBBLES(t) ((t) == LM_Q4_0 ? 2 : 6)
+#define B32_BYTES(t) ((t) == LM_Q4_0 ? 18 : 22)
+
+AVX2 static INLINE __m128i b32_nibbles(uint32_t t, const uint8_t *blk, int j, int m)
 {
-    return j < m ? _mm_loadu_si128((const __m128i *)(blk + 18 * j + 2)) : _mm_setzero_si128();
+    return j < m ? _mm_loadu_si128((const __m128i *)(blk + B32_BYTES(t) * j + B32_NIBBLES(t))) : _mm_setzero_si128();
+}
+
+/* Codes plus 16 where their bit of the qh bytes in sel (bit mask per byte: 1, 2, 4, 8 << shift) is set. */
+AVX2 static INLINE __m256i plus_fifth(__m256i codes, __m256i sel, __m256i bit)
+{
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit), bit);
+    return _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
 /* Blocks b..b+m-1 (b % 8 == 0, m <= 8) into acc's lanes 0..m-1; the others add 0 * 0 (see stored8_avx2). */
-AVX2 static INLINE __m256 q4_0_lanes8_avx2(const uint8_t *blk, const act_row *a, int64_t b, int m, __m256 acc)
+AVX2 static INLINE __m256 b32_lanes8_avx2(uint32_t t, const uint8_t *blk, const act_row *a, int64_t b, int m,
+                                          __m256 acc)
 {
+    const int bs = B32_BYTES(t), q5 = t == LM_Q5_0;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i y[4], t[4], x[4];
+    __m256i y[4], tt[4], x[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) /* blocks j and j + 4 */
-        y[j] = _mm256_set_m128i(q4_0_nibbles(blk, j + 4, m), q4_0_nibbles(blk, j, m));
-    t[0] = _mm256_unpacklo_epi32(y[0], y[1]), t[1] = _mm256_unpackhi_epi32(y[0], y[1]);
-    t[2] = _mm256_unpacklo_epi32(y[2], y[3]), t[3] = _mm256_unpackhi_epi32(y[2], y[3]);
-    x[0] = _mm256_unpacklo_epi64(t[0], t[2]), x[1] = _mm256_unpackhi_epi64(t[0], t[2]); /* x[q]: dword q */
-    x[2] = _mm256_unpacklo_epi64(t[1], t[3]), x[3] = _mm256_unpackhi_epi64(t[1], t[3]);
+        y[j] = _mm256_set_m128i(b32_nibbles(t, blk, j + 4, m), b32_nibbles(t, blk, j, m));
+    tt[0] = _mm256_unpacklo_epi32(y[0], y[1]), tt[1] = _mm256_unpackhi_epi32(y[0], y[1]);
+    tt[2] = _mm256_unpacklo_epi32(y[2], y[3]), tt[3] = _mm256_unpackhi_epi32(y[2], y[3]);
+    x[0] = _mm256_unpacklo_epi64(tt[0], tt[2]), x[1] = _mm256_unpackhi_epi64(tt[0], tt[2]); /* x[q]: dword q */
+    x[2] = _mm256_unpacklo_epi64(tt[1], tt[3]), x[3] = _mm256_unpackhi_epi64(tt[1], tt[3]);
+    __m256i qh = _mm256_setzero_si256();
+    if (q5) { /* lane by lane, as the scales below */
+        __m128i h4[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
+#pragma GCC unroll 8
+        for (int j = 0; j < m; j++) {
+            int32_t h;
+            memcpy(&h, blk + bs * j + 2, 4);
+            h4[j / 4] = _mm_insert_epi32(h4[j / 4], h, j % 4);
+        }
+        qh = _mm256_set_m128i(h4[1], h4[0]);
+    }
     const int8_t *qw = a->qw + 512 * (b / 16) + 32 * (b / 8 % 2);
-    __m256i p = _mm256_setzero_si256();
+    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* Q5_0: lows, highs apart */
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* low nibbles: codes 4q.., high: 16 + 4q.. */
         __m256i lo = _mm256_and_si256(x[q], m4), hi = _mm256_and_si256(_mm256_srli_epi16(x[q], 4), m4);
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
+        if (q5) {
+            const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (q % 2))));
+            const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, /* lane j's first byte */
+                                                 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+            lo = plus_fifth(lo, _mm256_shuffle_epi8(qh, _mm256_add_epi8(at, _mm256_set1_epi8((char)(q / 2)))), bit);
+            hi = plus_fifth(hi, _mm256_shuffle_epi8(qh, _mm256_add_epi8(at, _mm256_set1_epi8((char)(2 + q / 2)))),
+                            bit);
+        }
+        p[0] = _mm256_add_epi16(p[0], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
+        p[q5] = _mm256_add_epi16(p[q5],
+                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
     }
-    __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)),
-                                    _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
+    if (q5)
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p[1], ones));
     __m128i dh = _mm_setzero_si128(); /* the f16 scales (word by word: a vector loaded from */
 #pragma GCC unroll 8                  /* eight stores of two bytes waits for them to retire) */
     for (int j = 0; j < m; j++) {
         uint16_t h;
-        memcpy(&h, blk + 18 * j, 2);
+        memcpy(&h, blk + bs * j, 2);
         dh = _mm_insert_epi16(dh, h, j);
     }
     __m256 dw = _mm256_cvtph_ps(dh);
@@ -303,39 +340,39 @@ AVX2 static INLINE __m256 q4_0_lanes8_avx2(const uint8_t *blk, const act_row *a,
 }
 
 /* The last 1-7 blocks of a row, their count a constant in each case (the loads and masks unrolled). */
-AVX2 static INLINE __m256 q4_0_tail_avx2(const uint8_t *blk, const act_row *a, int64_t b, int m, __m256 acc)
+AVX2 static INLINE __m256 b32_tail_avx2(uint32_t t, const uint8_t *blk, const act_row *a, int64_t b, int m,
+                                        __m256 acc)
 {
     switch (m) {
-    case 1: return q4_0_lanes8_avx2(blk, a, b, 1, acc);
-    case 2: return q4_0_lanes8_avx2(blk, a, b, 2, acc);
-    case 3: return q4_0_lanes8_avx2(blk, a, b, 3, acc);
-    case 4: return q4_0_lanes8_avx2(blk, a, b, 4, acc);
-    case 5: return q4_0_lanes8_avx2(blk, a, b, 5, acc);
-    case 6: return q4_0_lanes8_avx2(blk, a, b, 6, acc);
-    default: return q4_0_lanes8_avx2(blk, a, b, 7, acc);
+    case 1: return b32_lanes8_avx2(t, blk, a, b, 1, acc);
+    case 2: return b32_lanes8_avx2(t, blk, a, b, 2, acc);
+    case 3: return b32_lanes8_avx2(t, blk, a, b, 3, acc);
+    case 4: return b32_lanes8_avx2(t, blk, a, b, 4, acc);
+    case 5: return b32_lanes8_avx2(t, blk, a, b, 5, acc);
+    case 6: return b32_lanes8_avx2(t, blk, a, b, 6, acc);
+    default: return b32_lanes8_avx2(t, blk, a, b, 7, acc);
     }
 }
 
-/* row_b32_avx2 for Q4_0 against a token in lanes: whole steps of 8 blocks, then the last 0-7. */
-AVX2 static INLINE float row_q4_0_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k,
-                                             const act_row *a)
+/* row_b32_avx2 for Q4_0 or Q5_0 against a token in lanes: whole steps of 8 blocks, then the last 0-7. */
+AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k,
+                                            const act_row *a)
 {
-    (void)t;
     const int64_t nb = k / 32;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* blocks b % 16 < 8, then the rest */
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
         lm_prefetch_ahead(row + b * bs, 16 * bs);
-        lo = q4_0_lanes8_avx2(row + b * bs, a, b, 8, lo);
-        hi = q4_0_lanes8_avx2(row + (b + 8) * bs, a, b + 8, 8, hi);
+        lo = b32_lanes8_avx2(t, row + b * bs, a, b, 8, lo);
+        hi = b32_lanes8_avx2(t, row + (b + 8) * bs, a, b + 8, 8, hi);
     }
     const int left = (int)(nb - b);
     if (left >= 8)
-        lo = q4_0_lanes8_avx2(row + b * bs, a, b, 8, lo);
+        lo = b32_lanes8_avx2(t, row + b * bs, a, b, 8, lo);
     if (left > 8)
-        hi = q4_0_tail_avx2(row + (b + 8) * bs, a, b + 8, left - 8, hi);
+        hi = b32_tail_avx2(t, row + (b + 8) * bs, a, b + 8, left - 8, hi);
     else if (left > 0 && left < 8)
-        lo = q4_0_tail_avx2(row + b * bs, a, b, left, lo);
+        lo = b32_tail_avx2(t, row + b * bs, a, b, left, lo);
     return hsum16_avx2(lo, hi);
 }
 
@@ -348,7 +385,8 @@ AVX2 static INLINE float row_q4_0_lanes_avx2(uint32_t t, const uint8_t *row, siz
             out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
     }
 ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
-ROWS_AVX2(rows_q4_0_lanes_avx2, row_q4_0_lanes_avx2, LM_Q4_0, 18)
+ROWS_AVX2(rows_q4_0_lanes_avx2, row_b32_lanes_avx2, LM_Q4_0, 18)
+ROWS_AVX2(rows_q5_0_lanes_avx2, row_b32_lanes_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
@@ -446,7 +484,7 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
 {
     switch (t) {
     case LM_Q4_0: (a->lanes ? rows_q4_0_lanes_avx2 : rows_q4_0_avx2)(row0, rb, nr, k, a, out); return 1;
-    case LM_Q5_0: rows_q5_0_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q5_0: (a->lanes ? rows_q5_0_lanes_avx2 : rows_q5_0_avx2)(row0, rb, nr, k, a, out); return 1;
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_K: rows_q4_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_K: rows_q5_k_avx2(row0, rb, nr, k, a, out); return 1;

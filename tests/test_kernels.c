@@ -726,6 +726,13 @@ START_TEST(test_avx2_dots_extreme)
                 ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
                               lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
+                if (ty == LM_Q4_0 || ty == LM_Q5_0) { /* and with the token in lanes (16-bit sums) */
+                    act_row al = ar;
+                    lm_act_lanes(&al);
+                    ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &al, &got));
+                    ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s in lanes, activations %d: %a vs %a",
+                                  lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
+                }
                 /* eight such rows (the same bytes) and five tokens through the batch kernel */
                 float got8[5 * 8];
                 const act_row ar5[5] = {ar, ar, ar, ar, ar};
