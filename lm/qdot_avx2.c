@@ -3,8 +3,11 @@
  * AVX-512 (chosen at run time): the decoders that unpack Q4_0, Q5_0, Q8_0,
  * Q4_K, Q5_K and Q6_K rows into unsigned codes (AVX-512 CPUs use them
  * too), the integer dots of decoded rows, and one token through Q4_0,
- * Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows read as the file stores them.
- * Every sum is the exact integer of the scalar dot and every float step
+ * Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows read as the file stores them (Q4_0
+ * and Q5_0 eight blocks a step against the token's codes in lanes, so no
+ * block needs a horizontal sum: on one core, in L2, Q4_0 rows of 2048
+ * 33.6 -> 47.5 billion weights a second, of 896 22 -> 37; Q5_0 21.6 ->
+ * 26.5 and 15.9 -> 19.0).  Every sum is the exact integer of the scalar dot and every float step
  * its own, so the logits are bitwise those of the other paths; tests
  * compare them.
  */
