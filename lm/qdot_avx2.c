@@ -301,12 +301,14 @@ AVX2 static INLINE __m256 b32_lanes8_avx2(uint32_t t, const uint8_t *blk, const 
     __m256i qh = _mm256_setzero_si256();
     if (q5) { /* lane by lane, as the scales below */
         __m128i h4[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
-#pragma GCC unroll 8
-        for (int j = 0; j < m; j++) {
-            int32_t h;
-            memcpy(&h, blk + bs * j + 2, 4);
-            h4[j / 4] = _mm_insert_epi32(h4[j / 4], h, j % 4);
-        }
+        int32_t h;
+#define QH_LANE(j) /* j a literal: the insert takes its lane as an immediate, whatever the optimizer unrolls */ \
+    if ((j) < m) {                                                                                          \
+        memcpy(&h, blk + bs * (j) + 2, 4);                                                                  \
+        h4[(j) / 4] = _mm_insert_epi32(h4[(j) / 4], h, (j) % 4);                                            \
+    }
+        QH_LANE(0) QH_LANE(1) QH_LANE(2) QH_LANE(3) QH_LANE(4) QH_LANE(5) QH_LANE(6) QH_LANE(7)
+#undef QH_LANE
         qh = _mm256_set_m128i(h4[1], h4[0]);
     }
     const int8_t *qw = a->qw + 512 * (b / 16) + 32 * (b / 8 % 2);
@@ -331,12 +333,14 @@ AVX2 static INLINE __m256 b32_lanes8_avx2(uint32_t t, const uint8_t *blk, const 
     if (q5)
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p[1], ones));
     __m128i dh = _mm_setzero_si128(); /* the f16 scales (word by word: a vector loaded from */
-#pragma GCC unroll 8                  /* eight stores of two bytes waits for them to retire) */
-    for (int j = 0; j < m; j++) {
-        uint16_t h;
-        memcpy(&h, blk + bs * j, 2);
-        dh = _mm_insert_epi16(dh, h, j);
+    uint16_t d16;                     /* eight stores of two bytes waits for them to retire) */
+#define SCALE_WORD(j)                                  \
+    if ((j) < m) {                                     \
+        memcpy(&d16, blk + bs * (j), 2);               \
+        dh = _mm_insert_epi16(dh, d16, (j));           \
     }
+    SCALE_WORD(0) SCALE_WORD(1) SCALE_WORD(2) SCALE_WORD(3) SCALE_WORD(4) SCALE_WORD(5) SCALE_WORD(6) SCALE_WORD(7)
+#undef SCALE_WORD
     __m256 dw = _mm256_cvtph_ps(dh);
     __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
