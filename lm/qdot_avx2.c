@@ -123,6 +123,14 @@ AVX2 static inline __m256i first_lanes(int m)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The code offset taken off blocks b..b+m-1 at once: -offset * (each block's two 16-code sums). */
+AVX2 static INLINE __m256i minus_offset8(__m256i sums, const act_row *a, int64_t b, int m, int offset)
+{
+    __m256i s16 = m == 8 ? _mm256_loadu_si256((const __m256i *)(a->sum16 + 2 * b))
+                         : _mm256_maskload_epi32((const int *)(a->sum16 + 2 * b), first_lanes(m));
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(s16, _mm256_set1_epi16((short)-offset)));
+}
+
 /* Blocks b..b+m-1 (m <= 8) of a decoded row scaled into acc's lanes 0..m-1 (see stored8_avx2). */
 AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t b, int m, __m256 acc, int q8)
 {
@@ -130,12 +138,16 @@ AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t 
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         int64_t e = (b + j) * 32;
-        v[j] = j < m ? lanes32_avx2(w->u + e, a->qs + e, a->negcorr + e / 4, q8) : _mm256_setzero_si256();
+        v[j] = j < m ? lanes32_avx2(w->u + e, a->qs + e, NULL, q8) : _mm256_setzero_si256();
     }
+    __m256i sums = totals8_avx2(v);
+    const int offset = q8 ? 0 : lm_code_offset(w->type); /* (Q8_0's codes were centred instead) */
+    if (offset)
+        sums = minus_offset8(sums, a, b, m, offset);
     __m256 dd = m == 8 ? _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b))
                        : _mm256_mul_ps(_mm256_maskload_ps(w->d + b, first_lanes(m)),
                                        _mm256_maskload_ps(a->d + b, first_lanes(m)));
-    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(totals8_avx2(v)), acc);
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sums), acc);
 }
 
 AVX2 static INLINE float dot_b32_avx2(const qrow *w, const act_row *a, int q8)
@@ -229,11 +241,8 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
         }
     }
     __m256i sums = totals8_avx2(v);
-    if (t != LM_Q8_0) { /* the code offset, once a block: -offset * (its two 16-code sums) */
-        __m256i s16 = m == 8 ? _mm256_loadu_si256((const __m256i *)(a->sum16 + 2 * b))
-                             : _mm256_maskload_epi32((const int *)(a->sum16 + 2 * b), first_lanes(m));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(s16, _mm256_set1_epi16(t == LM_Q4_0 ? -8 : -16)));
-    }
+    if (t != LM_Q8_0) /* the code offset, once a block */
+        sums = minus_offset8(sums, a, b, m, t == LM_Q4_0 ? 8 : 16);
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
     __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
