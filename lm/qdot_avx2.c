@@ -243,7 +243,8 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
     __m256i sums = totals8_avx2(v);
     if (t != LM_Q8_0) /* the code offset, once a block */
         sums = minus_offset8(sums, a, b, m, t == LM_Q4_0 ? 8 : 16);
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+    __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
+                                               (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
     __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
 }
