@@ -350,7 +350,7 @@ VBMI static INLINE void q8_0_lanes(const uint8_t *w, int m, __m512i u[8], __m512
         u[2 * he] = _mm512_xor_si512(PICK32(b[he], s30, b[4 + he]), flip);
         u[2 * he + 1] = _mm512_xor_si512(PICK32(b[he], s31, b[4 + he]), flip);
     }
-    *dw = block_scales16(w, 34, (__mmask16)((1u << m) - 1));
+    *dw = block_scales16_words(w, 34, (__mmask16)((1u << m) - 1));
 }
 #undef PICK32
 
@@ -418,13 +418,20 @@ VBMI static INLINE __m512i q8_0_tail_sums(const uint8_t *w, int m, const act_row
     return _mm512_maskz_compress_epi32(0x1111, x);
 }
 
-/* The f16 scales of m (1..4) Q8_0 blocks as f32, lanes 0..m-1. */
+/* The f16 scales of m (1..4) Q8_0 blocks as f32, lanes 0..m-1 (word by word: a vector loaded
+   from two-byte stores would wait for them to retire). */
 VBMI static INLINE __m512 q8_0_tail_scales(const uint8_t *w, int m)
 {
-    uint16_t h[16] = {0};
-    for (int i = 0; i < m; i++)
-        memcpy(&h[i], w + 34 * i, 2);
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+    __m128i h = _mm_setzero_si128();
+    uint16_t d16;
+#define TAIL_SCALE(i)                             \
+    if ((i) < m) {                                \
+        memcpy(&d16, w + 34 * (i), 2);            \
+        h = _mm_insert_epi16(h, d16, (i));        \
+    }
+    TAIL_SCALE(0) TAIL_SCALE(1) TAIL_SCALE(2) TAIL_SCALE(3)
+#undef TAIL_SCALE
+    return _mm512_cvtph_ps(_mm256_castsi128_si256(h));
 }
 
 /* n (a constant, <= 8) tokens through one row of type t (a constant): token i into out[i * ostride]. */
