@@ -393,7 +393,7 @@ AVX512 int lm_rows16_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t 
         } else {
             sums = rows16_nibble_sums(t, blk, rb, a, b);
         }
-        __m512 dd = _mm512_mul_ps(block_scales16_words(blk, rb, 0xffff), _mm512_set1_ps(a->d[b]));
+        __m512 dd = _mm512_mul_ps(block_scales16(blk, rb, 0xffff), _mm512_set1_ps(a->d[b]));
         acc[b % 16] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sums), acc[b % 16]);
     }
     _mm512_storeu_ps(out, hsum16_lanes(acc));

@@ -350,7 +350,7 @@ VBMI static INLINE void q8_0_lanes(const uint8_t *w, int m, __m512i u[8], __m512
         u[2 * he] = _mm512_xor_si512(PICK32(b[he], s30, b[4 + he]), flip);
         u[2 * he + 1] = _mm512_xor_si512(PICK32(b[he], s31, b[4 + he]), flip);
     }
-    *dw = block_scales16_words(w, 34, (__mmask16)((1u << m) - 1));
+    *dw = block_scales16(w, 34, (__mmask16)((1u << m) - 1));
 }
 #undef PICK32
 

@@ -168,28 +168,6 @@ AVX512 static INLINE __m512 block_scales16(const uint8_t *blk, size_t stride, __
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
 }
 
-/*
- * The same, word by word (memcpy and vpinsrw): on Zen 5 the 16-lane gather
- * held the one-token Q8_0 and 16-row kernels back (in L2, Q8_0 rows of
- * 2048 in lanes 29.5 -> 34.2 billion weights a second, 16 Q4_0 rows of 576
- * 18.4 -> 30.1); a single-row decode with a run-time mask (step_decode)
- * ran slower this way and keeps the gather.
- */
-AVX512 static INLINE __m512 block_scales16_words(const uint8_t *blk, size_t stride, __mmask16 live)
-{
-    __m128i h[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
-    uint16_t d16;
-#define SCALE16(i)                                               \
-    if (live >> (i) & 1) {                                       \
-        memcpy(&d16, blk + stride * (i), 2);                     \
-        h[(i) / 8] = _mm_insert_epi16(h[(i) / 8], d16, (i) % 8); \
-    }
-    SCALE16(0) SCALE16(1) SCALE16(2) SCALE16(3) SCALE16(4) SCALE16(5) SCALE16(6) SCALE16(7)
-    SCALE16(8) SCALE16(9) SCALE16(10) SCALE16(11) SCALE16(12) SCALE16(13) SCALE16(14) SCALE16(15)
-#undef SCALE16
-    return _mm512_cvtph_ps(_mm256_set_m128i(h[1], h[0]));
-}
-
 /* A 16 x 16 block transposed: lane i of t[j] is lane j of r[i]. */
 AVX512 static INLINE void transpose16(const __m512 r[16], __m512 t[16])
 {
