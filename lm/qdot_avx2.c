@@ -117,12 +117,6 @@ AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
     return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-/* The lanes below m (0..8) set: where a run of fewer than 8 blocks puts its sums. */
-AVX2 static inline __m256i first_lanes(int m)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* The code offset taken off blocks b..b+m-1 at once: -offset * (each block's two 16-code sums). */
 AVX2 static INLINE __m256i minus_offset8(__m256i sums, const act_row *a, int64_t b, int m, int offset)
 {
@@ -144,9 +138,7 @@ AVX2 static INLINE __m256 blocks8_avx2(const qrow *w, const act_row *a, int64_t 
     const int offset = q8 ? 0 : lm_code_offset(w->type); /* (Q8_0's codes were centred instead) */
     if (offset)
         sums = minus_offset8(sums, a, b, m, offset);
-    __m256 dd = m == 8 ? _mm256_mul_ps(_mm256_loadu_ps(w->d + b), _mm256_loadu_ps(a->d + b))
-                       : _mm256_mul_ps(_mm256_maskload_ps(w->d + b, first_lanes(m)),
-                                       _mm256_maskload_ps(a->d + b, first_lanes(m)));
+    __m256 dd = _mm256_mul_ps(first8_ps(w->d + b, m), first8_ps(a->d + b, m));
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sums), acc);
 }
 
@@ -229,24 +221,17 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
                                        const act_row *a, __m256 acc)
 {
     __m256i v[8];
-    uint16_t dh[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         const int64_t i = b + j;
-        const uint8_t *blk = row + i * bs;
-        dh[j] = 0, v[j] = _mm256_setzero_si256();
-        if (j < m) {
-            memcpy(&dh[j], blk, 2);
-            v[j] = lane_sums_avx2(b32_codes32(t, blk), a->qs + i * 32, NULL, t == LM_Q8_0);
-        }
+        v[j] = j < m ? lane_sums_avx2(b32_codes32(t, row + i * bs), a->qs + i * 32, NULL, t == LM_Q8_0)
+                     : _mm256_setzero_si256();
     }
     __m256i sums = totals8_avx2(v);
     if (t != LM_Q8_0) /* the code offset, once a block */
         sums = minus_offset8(sums, a, b, m, t == LM_Q4_0 ? 8 : 16);
-    __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3],
-                                               (short)dh[4], (short)dh[5], (short)dh[6], (short)dh[7]));
-    __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
+    __m256 dw = _mm256_cvtph_ps(block_scales8_words(row + b * bs, bs, m));
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, m)), _mm256_cvtepi32_ps(sums), acc);
 }
 
 /* lm_dot_b32_avx2 on the row's blocks as the file holds them (bs bytes each), not decoded first. */
@@ -342,18 +327,8 @@ AVX2 static INLINE __m256 b32_lanes8_avx2(uint32_t t, const uint8_t *blk, const 
     __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
     if (q5)
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p[1], ones));
-    __m128i dh = _mm_setzero_si128(); /* the f16 scales (word by word: a vector loaded from */
-    uint16_t d16;                     /* eight stores of two bytes waits for them to retire) */
-#define SCALE_WORD(j)                                  \
-    if ((j) < m) {                                     \
-        memcpy(&d16, blk + bs * (j), 2);               \
-        dh = _mm_insert_epi16(dh, d16, (j));           \
-    }
-    SCALE_WORD(0) SCALE_WORD(1) SCALE_WORD(2) SCALE_WORD(3) SCALE_WORD(4) SCALE_WORD(5) SCALE_WORD(6) SCALE_WORD(7)
-#undef SCALE_WORD
-    __m256 dw = _mm256_cvtph_ps(dh);
-    __m256 ad = m == 8 ? _mm256_loadu_ps(a->d + b) : _mm256_maskload_ps(a->d + b, first_lanes(m));
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, ad), _mm256_cvtepi32_ps(sums), acc);
+    __m256 dw = _mm256_cvtph_ps(block_scales8_words(blk, (size_t)bs, m));
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, m)), _mm256_cvtepi32_ps(sums), acc);
 }
 
 /* The last 1-7 blocks of a row, their count a constant in each case (the loads and masks unrolled). */

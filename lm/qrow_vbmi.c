@@ -418,22 +418,6 @@ VBMI static INLINE __m512i q8_0_tail_sums(const uint8_t *w, int m, const act_row
     return _mm512_maskz_compress_epi32(0x1111, x);
 }
 
-/* The f16 scales of m (1..4) Q8_0 blocks as f32, lanes 0..m-1 (word by word: a vector loaded
-   from two-byte stores would wait for them to retire). */
-VBMI static INLINE __m512 q8_0_tail_scales(const uint8_t *w, int m)
-{
-    __m128i h = _mm_setzero_si128();
-    uint16_t d16;
-#define TAIL_SCALE(i)                             \
-    if ((i) < m) {                                \
-        memcpy(&d16, w + 34 * (i), 2);            \
-        h = _mm_insert_epi16(h, d16, (i));        \
-    }
-    TAIL_SCALE(0) TAIL_SCALE(1) TAIL_SCALE(2) TAIL_SCALE(3)
-#undef TAIL_SCALE
-    return _mm512_cvtph_ps(_mm256_castsi128_si256(h));
-}
-
 /* n (a constant, <= 8) tokens through one row of type t (a constant): token i into out[i * ostride]. */
 VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                                   const lane_ix *ix, float *out, size_t ostride)
@@ -451,7 +435,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         __m512 dw;
         lm_prefetch_ahead(row + bs * (size_t)b, bs * (size_t)m);
         if (t == LM_Q8_0 && m <= 4) {
-            dw = q8_0_tail_scales(row + bs * (size_t)b, m);
+            dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
 #pragma GCC unroll 8
             for (int i = 0; i < n; i++) {
                 const __m512 sums = _mm512_cvtepi32_ps(q8_0_tail_sums(row + bs * (size_t)b, m, &a[i], b));

@@ -146,6 +146,38 @@ static inline void k4_scales8(const uint8_t *q, uint64_t *sc8, uint64_t *mn8)
     *mn8 = (u1 & six) | (uint64_t)mn_hi << 32;
 }
 
+/*
+ * The f16 scales of the first m (<= 8) blocks `stride` bytes apart, the
+ * rest 0, word by word: a vector loaded from two-byte stores would wait for
+ * them to retire.  Each insert takes its lane as a literal, whatever the
+ * optimizer unrolls.
+ */
+AVX2 static INLINE __m128i block_scales8_words(const uint8_t *blk, size_t stride, int m)
+{
+    __m128i h = _mm_setzero_si128();
+    uint16_t d16;
+#define SCALE_WORD(j)                                \
+    if ((j) < m) {                                   \
+        memcpy(&d16, blk + stride * (j), 2);         \
+        h = _mm_insert_epi16(h, (short)d16, (j));    \
+    }
+    SCALE_WORD(0) SCALE_WORD(1) SCALE_WORD(2) SCALE_WORD(3) SCALE_WORD(4) SCALE_WORD(5) SCALE_WORD(6) SCALE_WORD(7)
+#undef SCALE_WORD
+    return h;
+}
+
+/* The lanes below m (0..8) set: where a run of fewer than 8 blocks puts its sums. */
+AVX2 static inline __m256i first_lanes(int m)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The first m (<= 8) floats at p, the rest 0 (nothing past them read). */
+AVX2 static INLINE __m256 first8_ps(const float *p, int m)
+{
+    return m == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes(m));
+}
+
 /* The sum of 8 int32 lanes. */
 AVX2 static inline int32_t hsum8_epi32(__m256i v)
 {
