@@ -39,7 +39,9 @@ A64_CC  = aarch64-linux-gnu-gcc
 A64_RUN = qemu-aarch64 -cpu max
 DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 endif
-NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c lm/qdot_avx2.c lm/quant.c
+NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c \
+	lm/qdot_avx2.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c \
+	lm/model.c lm/gguf.c
 
 .PHONY: all check check-asan check-aarch64 run bench install clean portable deps fuzz
 
@@ -120,7 +122,7 @@ fuzz: deps
 tests/run_tests: $(OBJ) $(TOBJ)
 	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
-build/aarch64/neon_kernels: $(NEON_TEST_SRC) $(wildcard lm/*.h) tests/qrows.h
+build/aarch64/neon_kernels: $(NEON_TEST_SRC) $(wildcard lm/*.h) tests/qrows.h tests/attcheck.h
 	@mkdir -p build/aarch64
 	$(A64_CC) $(BASE) -O2 -static -o $@ $(NEON_TEST_SRC) -lm
 

@@ -325,6 +325,12 @@ int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx);
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n);
+/* attention_neon.c: the same on aarch64 (0: head sizes it does not take) */
+int lm_attend_group_neon(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
+                         float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
+float lm_softmax_exp_neon(float *scores, int lo, int hi, float mx);
+size_t lm_silu_mul_neon(float *g, const float *up, size_t n);
+double lm_sumsq_neon(const float *x, int n);
 float lm_expf(float x);
 float lm_silu(float g);
 void lm_silu_mul(float *g, const float *up, size_t n, int isa);

@@ -1,11 +1,13 @@
 /*
  * tests/aarch64/neon_kernels.c - the NEON decoders and dots (lm/qdot_neon.c)
- * against the scalar reference, bit for bit, for every weight type.  Built with the
+ * against the scalar reference, bit for bit, for every weight type, and
+ * the NEON attention, softmax, SiLU and sums of squares (lm/attention_neon.c).  Built with the
  * aarch64 cross compiler and run under qemu by `make check-aarch64` (part
  * of `make check` where those tools are installed); a plain C program,
  * since Check is not built for aarch64 here.
  */
 #include "../../lm/internal.h"
+#include "../attcheck.h"
 #include "../qrows.h"
 
 #include <math.h>
@@ -91,6 +93,48 @@ static void check_floats(void)
         expect_same(lm_dot_f_neon(x, y, n), lm_dot_f_scalar(x, y, n), "f32 dot", "n", n);
 }
 
+/*
+ * The steps beside the matmuls: sums of squares, SiLU and softmax of every
+ * length up to 40 (each tail after 0, 1 and 2 full steps), values from
+ * tiny to past exp's overflow; then attention (attcheck.h).
+ */
+static void check_layer_math(void)
+{
+    float x[40], wide[40], up[40], g1[40], g2[40], s1[40], s2[40];
+    for (int i = 0; i < 40; i++) {
+        x[i] = sinf((float)i * 2.1f) * (i % 3 ? 9.0f : 95.0f), up[i] = cosf((float)i * 0.9f);
+        wide[i] = x[i] * powf(10.0f, (float)(i % 9 - 4)); /* squares 1e-8..1e8: their order shows in the sum */
+    }
+    for (int n = 0; n <= 40; n++) {
+        double a = lm_sumsq(wide, n), b = lm_sumsq_neon(wide, n);
+        if (memcmp(&a, &b, sizeof a)) {
+            fprintf(stderr, "FAIL sumsq n=%d: NEON %a, scalar %a\n", n, b, a);
+            failures++;
+        }
+        memcpy(g1, x, sizeof x), memcpy(g2, x, sizeof x);
+        lm_silu_mul(g1, up, (size_t)n, LM_ISA_SCALAR);
+        lm_silu_mul(g2, up, (size_t)n, LM_ISA_NEON);
+        for (int i = 0; i < n; i++)
+            expect_same(g2[i], g1[i], "silu", "n", n);
+        for (int i = 0; i < 40; i++)
+            s1[i] = s2[i] = x[i] * 0.25f - 3.0f;
+        if (n == 0)
+            continue;
+        float i1 = lm_softmax_exp(s1, 40 - n, 39, 20.0f), i2 = lm_softmax_exp_neon(s2, 40 - n, 39, 20.0f);
+        expect_same(i2, i1, "softmax sum", "n", n);
+        for (int i = 40 - n; i < 40; i++)
+            expect_same(s2[i], s1[i], "softmax", "n", n);
+    }
+    char msg[160] = "";
+    int bad = attcheck_groups(lm_attend_group_neon, msg, sizeof msg);
+    /* groups of 1, 16, 31, 46, 61: every count of queries past the last four (qemu is slow) */
+    bad += attcheck_range_edges(lm_attend_group_neon, 15, bad ? NULL : msg, bad ? 0 : sizeof msg);
+    if (bad) {
+        fprintf(stderr, "FAIL attention: %d queries differ, first: %s\n", bad, msg);
+        failures++;
+    }
+}
+
 int main(void)
 {
     if (lm_cpu_isa() != LM_ISA_NEON) {
@@ -99,6 +143,7 @@ int main(void)
     }
     check_rows();
     check_floats();
-    printf("aarch64 NEON dots: %s\n", failures ? "FAILED" : "bitwise equal to the scalar ones");
+    check_layer_math();
+    printf("aarch64 NEON dots and attention: %s\n", failures ? "FAILED" : "bitwise equal to the scalar ones");
     return failures != 0;
 }
