@@ -388,6 +388,23 @@ static int acts_fit(const lm_tensor *a, const lm_tensor *b)
            lm_code_offset(a->type) == lm_code_offset(b->type);
 }
 
+/* How a token's rounded row is laid out for the kernel that will take it through w. */
+enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES };
+
+static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
+{
+    const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
+    if (n_tok == 1 && s->vbmi && b32)
+        return LAYOUT_WINDOWS; /* one token, rows read in order (qrow_vbmi.c) */
+    if (!grouped && lanes_type(w, s))
+        return LAYOUT_LANES; /* a few tokens, or one through Q8_0 rows (qrow_vbmi.c) */
+    if (n_tok == 1 && s->isa == LM_ISA_AVX2 && b32)
+        return LAYOUT_LANES; /* qdot_avx2.c's Q4_0 and Q5_0 rows, eight blocks a step */
+    if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
+        return LAYOUT_NIBBLES; /* codes as the row's nibbles lie (qrow_k.c) */
+    return LAYOUT_AS_ROUNDED;
+}
+
 /* Token t's row x rounded to w's vec_dot_type into act slot `slot`, laid out for the kernel that takes it. */
 static void round_token(const lm_tensor *w, const float *x, int n_tok, int grouped, int slot, mm_scratch *s)
 {
@@ -401,13 +418,11 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     if (!done)
         lm_quantize_act(w->type, x, dst, k);
     lm_act_layout(atype, k, a, dst);
-    if (n_tok == 1 && s->vbmi && (w->type == LM_Q4_0 || w->type == LM_Q5_0)) /* read in order (qrow_vbmi.c) */
-        lm_act_windows(a);
-    else if ((!grouped && lanes_type(w, s)) ||
-             (n_tok == 1 && s->isa == LM_ISA_AVX2 && (w->type == LM_Q4_0 || w->type == LM_Q5_0)))
-        lm_act_lanes(a); /* (AVX2: qdot_avx2.c's Q4_0 and Q5_0 rows, eight blocks a step) */
-    else if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
-        lm_act_nibbles(a); /* codes as the row's nibbles lie (qrow_k.c) */
+    switch (act_layout(w, n_tok, grouped, s)) {
+    case LAYOUT_WINDOWS: lm_act_windows(a); break;
+    case LAYOUT_LANES: lm_act_lanes(a); break;
+    case LAYOUT_NIBBLES: lm_act_nibbles(a); break;
+    }
 }
 
 /*
