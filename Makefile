@@ -31,12 +31,15 @@ DEB_PKGS = gcc make pkg-config check libpcre2-dev libreadline-dev python3 groff-
 
 # aarch64: its NEON dots held to the scalar ones bit for bit, and the engine
 # built for it held to llama.cpp's logits: cross-built, run under qemu on x86-64.
+# A64_RUN_V80 runs on a core without SDOT (ARMv8.0), where there is one to hand.
 ifeq ($(shell uname -m),aarch64)
 A64_CC  = $(CC)
 A64_RUN =
+A64_RUN_V80 =
 else
 A64_CC  = aarch64-linux-gnu-gcc
 A64_RUN = qemu-aarch64 -cpu max
+A64_RUN_V80 = qemu-aarch64 -cpu cortex-a72
 DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 endif
 NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c \
@@ -135,9 +138,24 @@ build/aarch64/kvchat-logits: tests/aarch64/logits.c $(wildcard lm/*.c lm/*.h)
 
 A64_PARITY = $(sort $(wildcard $(SHARED)/reference/llama-t512-*/ $(SHARED)/reference/*-t512-Q4_K_M/))
 
+# the engine's logits with the ARMv8.0 dots (KVCHAT_ISA=neon), byte for byte
+# those with SDOT: block types with and without mins, K-quants, a mixture
+A64_V80_SAME = $(wildcard $(SHARED)/reference/llama-t512-Q4_0 $(SHARED)/reference/llama-t512-Q4_1 \
+	$(SHARED)/reference/llama-t512-Q8_0 $(SHARED)/reference/llama-t512-Q2_K \
+	$(SHARED)/reference/llama-t512-Q6_K $(SHARED)/reference/qwen2-t512-Q4_K_M)
+
 CHECK_A64_BUILDS = build/aarch64/neon_kernels build/aarch64/kvchat-logits
 check-aarch64: deps $(CHECK_A64_BUILDS)
 	$(A64_RUN) build/aarch64/neon_kernels
+	$(A64_RUN_V80) build/aarch64/neon_kernels
+	@for d in $(A64_V80_SAME); do \
+	  $(A64_RUN) build/aarch64/kvchat-logits logits -m $$d/model.gguf --ids-file $$d/C.tokens.txt \
+	    -o build/aarch64/sdot.logits && \
+	  KVCHAT_ISA=neon $(A64_RUN) build/aarch64/kvchat-logits logits -m $$d/model.gguf \
+	    --ids-file $$d/C.tokens.txt -o build/aarch64/v80.logits && \
+	  cmp -s build/aarch64/sdot.logits build/aarch64/v80.logits || \
+	    { echo "aarch64: $$d: logits without SDOT differ from those with it"; exit 1; }; \
+	done; echo "aarch64: logits without SDOT = with it on $(words $(A64_V80_SAME)) models"
 	@A64_RUN="$(A64_RUN)" $(PYTHON) $(SHARED)/tools/parity.py tests/aarch64/parity.sh $(A64_PARITY) | \
 	  tail -1 | sed 's/^/aarch64 (NEON) build: /'; test $${PIPESTATUS[0]} -eq 0
 

@@ -58,7 +58,7 @@ void lm_rmsnorm_isa(float *out, const float *x, const float *w, int n, float eps
 {
     double sum = isa >= LM_ISA_AVX512 ? lm_sumsq_avx512(x, n)
                  : isa == LM_ISA_AVX2 ? lm_sumsq_avx2(x, n)
-                 : isa == LM_ISA_NEON ? lm_sumsq_neon(x, n)
+                 : lm_isa_neon(isa) ? lm_sumsq_neon(x, n)
                                       : lm_sumsq(x, n);
     rmsnorm_apply(out, x, w, n, sum, eps);
 }
@@ -194,7 +194,7 @@ void lm_silu_mul(float *g, const float *up, size_t n, int isa)
 {
     size_t i = isa >= LM_ISA_AVX512 ? lm_silu_mul_avx512(g, up, n)
                : isa == LM_ISA_AVX2 ? lm_silu_mul_avx2(g, up, n)
-               : isa == LM_ISA_NEON ? lm_silu_mul_neon(g, up, n)
+               : lm_isa_neon(isa) ? lm_silu_mul_neon(g, up, n)
                                     : 0;
     for (; i < n; i++)
         g[i] = lm_silu(g[i]) * up[i];
@@ -259,7 +259,7 @@ static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float
     float mx = scores_one(kv, k_head(kv, il, kh), qa->q, lo, pos, scale, cap, scores);
     float inv = isa >= LM_ISA_AVX512 ? lm_softmax_exp_avx512(scores, lo, pos, mx)
                 : isa == LM_ISA_AVX2     ? lm_softmax_exp_avx2(scores, lo, pos, mx)
-                : isa == LM_ISA_NEON     ? lm_softmax_exp_neon(scores, lo, pos, mx)
+                : lm_isa_neon(isa)     ? lm_softmax_exp_neon(scores, lo, pos, mx)
                                          : lm_softmax_exp(scores, lo, pos, mx);
     memset(out, 0, (size_t)hdv * sizeof *out);
     const size_t vb = v_head(kv, il, kh);
@@ -292,7 +292,7 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
     if (isa == LM_ISA_AVX2 && lm_attend_group_avx2(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
                                                    scores, sstride, acc, f16))
         return;
-    if (isa == LM_ISA_NEON && lm_attend_group_neon(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
+    if (lm_isa_neon(isa) && lm_attend_group_neon(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
                                                    scores, sstride, acc, f16))
         return;
     for (int a = 0; a < n; a++)

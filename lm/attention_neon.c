@@ -1,6 +1,6 @@
 /*
  * lm/attention_neon.c - attention, the FFN's SiLU and RMSNorm's sums of
- * squares on aarch64 (isa LM_ISA_NEON): attention_avx2.c's plan in
+ * squares on aarch64 (isa LM_ISA_NEON or NEON_DOT: Advanced SIMD only): attention_avx2.c's plan in
  * four-lane vectors.  Four queries of a KV head go over its K tiles
  * together, a tile's 16 keys in four vectors loaded once for all four;
  * the softmax takes its exponentials four at a time; the weighted values

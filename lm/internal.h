@@ -60,8 +60,16 @@ typedef struct act_row {
     int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */
 } act_row;
 
-/* NEON sits below AVX2 so that the x86 tests (isa >= LM_ISA_AVX2 ...) never take it */
-enum { LM_ISA_SCALAR, LM_ISA_NEON, LM_ISA_AVX2, LM_ISA_AVX512 };
+/*
+ * NEON (any aarch64 core) and NEON_DOT (with SDOT, ARMv8.2) sit below AVX2
+ * so that the x86 tests (isa >= LM_ISA_AVX2 ...) never take them.
+ */
+enum { LM_ISA_SCALAR, LM_ISA_NEON, LM_ISA_NEON_DOT, LM_ISA_AVX2, LM_ISA_AVX512 };
+
+static inline int lm_isa_neon(int isa)
+{
+    return isa == LM_ISA_NEON || isa == LM_ISA_NEON_DOT;
+}
 
 int lm_cpu_isa(void);
 int lm_act_type(uint32_t wtype);                 /* llama.cpp's vec_dot_type */
@@ -100,11 +108,14 @@ int lm_rows8_type(uint32_t t);
 size_t lm_rows8_bytes(int64_t k);
 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
                    size_t ldo, void *scratch);
-/* qdot_neon.c: the same dots with aarch64's SDOT (scalar twins elsewhere) */
+/* qdot_neon.c: the same dots on aarch64, with SDOT or without (scalar twins elsewhere) */
+int lm_cpu_neon(void);                     /* 1: aarch64 */
 int lm_cpu_neon_dot(void);                 /* 1: aarch64 with the dot-product instructions */
 int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k); /* 0: not here */
-float lm_dot_b32_neon(const qrow *w, const act_row *a);
+float lm_dot_b32_neon(const qrow *w, const act_row *a);       /* SDOT */
 float lm_dot_k_neon(const qrow *w, const act_row *a);
+float lm_dot_b32_neon_plain(const qrow *w, const act_row *a); /* ARMv8.0 */
+float lm_dot_k_neon_plain(const qrow *w, const act_row *a);
 float lm_dot_f_neon(const float *x, const float *y, int64_t n);
 /* qrow_vbmi.c: one token through a Q4_0/Q5_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */

@@ -76,6 +76,8 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
         s->isa = LM_ISA_SCALAR;
     else if (force && !strcmp(force, "avx2") && s->isa > LM_ISA_AVX2)
         s->isa = LM_ISA_AVX2;
+    else if (force && !strcmp(force, "neon") && s->isa == LM_ISA_NEON_DOT)
+        s->isa = LM_ISA_NEON; /* the ARMv8.0 dots */
     s->amx = s->isa >= LM_ISA_AVX512 && !(force && !strcmp(force, "avx512")) && lm_cpu_amx();
     s->vbmi = s->isa >= LM_ISA_AVX512 && lm_cpu_vbmi();
     s->gfni = s->vbmi && lm_cpu_gfni();

@@ -435,7 +435,7 @@ void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa)
 {
     if (isa >= LM_ISA_AVX2 && lm_qrow_decode_avx2(r, type, src, k))
         return;
-    if (isa == LM_ISA_NEON && lm_qrow_decode_neon(r, type, src, k))
+    if (lm_isa_neon(isa) && lm_qrow_decode_neon(r, type, src, k))
         return;
     lm_qrow_decode_scalar(r, type, src, k);
 }
@@ -446,7 +446,7 @@ float lm_dot_f(const float *x, const float *y, int64_t n, int isa)
         return lm_dot_f_avx512(x, y, n);
     if (isa == LM_ISA_AVX2)
         return lm_dot_f_avx2(x, y, n);
-    return isa == LM_ISA_NEON ? lm_dot_f_neon(x, y, n) : lm_dot_f_scalar(x, y, n);
+    return lm_isa_neon(isa) ? lm_dot_f_neon(x, y, n) : lm_dot_f_scalar(x, y, n);
 }
 
 float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
@@ -458,13 +458,17 @@ float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
             return lm_dot_b32_avx512(r, a);
         if (isa == LM_ISA_AVX2)
             return lm_dot_b32_avx2(r, a);
-        return isa == LM_ISA_NEON ? lm_dot_b32_neon(r, a) : lm_dot_b32_scalar(r, a);
+        return isa == LM_ISA_NEON_DOT ? lm_dot_b32_neon(r, a)
+               : isa == LM_ISA_NEON   ? lm_dot_b32_neon_plain(r, a)
+                                      : lm_dot_b32_scalar(r, a);
     case LM_Q8_K:
         if (isa >= LM_ISA_AVX512)
             return lm_dot_k_avx512(r, a);
         if (isa == LM_ISA_AVX2)
             return lm_dot_k_avx2(r, a);
-        return isa == LM_ISA_NEON ? lm_dot_k_neon(r, a) : lm_dot_k_scalar(r, a);
+        return isa == LM_ISA_NEON_DOT ? lm_dot_k_neon(r, a)
+               : isa == LM_ISA_NEON   ? lm_dot_k_neon_plain(r, a)
+                                      : lm_dot_k_scalar(r, a);
     default:
         return lm_dot_f(r->f, a->f, r->k, isa);
     }

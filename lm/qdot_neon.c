@@ -1,7 +1,9 @@
 /*
  * lm/qdot_neon.c - the aarch64 fast paths of qdot.c: the dot products of a
  * decoded row with a quantized activation row, on NEON with the dot-product
- * instructions (SDOT, ARMv8.2), chosen at run time.
+ * instructions (SDOT, ARMv8.2) where the core has them, found at run time,
+ * and with widening multiplies and pairwise adds where it does not
+ * (ARMv8.0: Cortex-A53/A72, Raspberry Pi 3 and 4).
  *
  * Like qdot_simd.c on x86, every function computes exactly what its scalar
  * twin computes: the same exact integer sums (their order is free), then
@@ -9,8 +11,7 @@
  * so the logits do not depend on the CPU; tests/aarch64/ holds them to the
  * scalar bytes under qemu.  The rows of the common types (Q4_0, Q5_0,
  * Q8_0, Q4_K, Q5_K, Q6_K) are decoded with NEON too, into qdot.c's codes.
- * A build for the plain ARMv8 baseline keeps running on cores without
- * SDOT, which take the scalar path.
+ * A build for the plain ARMv8 baseline runs on every aarch64 core.
  */
 #include "internal.h"
 
@@ -26,6 +27,11 @@
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+
+int lm_cpu_neon(void)
+{
+    return 1; /* Advanced SIMD is part of every AArch64 core */
+}
 
 int lm_cpu_neon_dot(void)
 {
@@ -137,67 +143,38 @@ int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k)
 
 /* ------------------------------------------------------- dot products */
 
-/* The exact sum of (u - off) * a over 32 codes, as 4 partial lanes. */
-NEON_DOT static inline int32x4_t dot32(const uint8_t *u, const int8_t *a, uint8x16_t off)
+/*
+ * The sums of each 4 products a[4i..4i+3] * b[4i..4i+3] added to acc's
+ * lanes, as one SDOT does, on cores without it (ARMv8.0: Cortex-A53/A72,
+ * Raspberry Pi 3 and 4): 16-bit products (int8 * int8 fits), adjacent
+ * pairs added into 32 bits, then adjacent pairs of those.  Integer sums
+ * are exact, so the lanes are SDOT's bit for bit.
+ */
+static inline int32x4_t dot4_plain(int32x4_t acc, int8x16_t a, int8x16_t b)
 {
-    int8x16_t q0 = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(u), off));
-    int8x16_t q1 = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(u + 16), off));
-    int32x4_t s = vdotq_s32(vdupq_n_s32(0), q0, vld1q_s8(a));
-    return vdotq_s32(s, q1, vld1q_s8(a + 16));
+    int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    int32x4_t hi = vpaddlq_s16(vmull_high_s8(a, b));
+    return vaddq_s32(acc, vpaddq_s32(lo, hi));
 }
 
-/*
- * 32-element blocks: four blocks at a time, their exact sums side by side,
- * scaled into lanes b % 16 (four vectors of four) as lm_dot_b32_scalar does.
- */
-NEON_DOT float lm_dot_b32_neon(const qrow *w, const act_row *a)
-{
-    const uint8x16_t off = vdupq_n_u8((uint8_t)lm_code_offset(w->type));
-    const int64_t nb = w->k / 32;
-    float acc[16] = {0}, mins = 0.0f;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        int32x4_t s[4];
-        for (int i = 0; i < 4; i++)
-            s[i] = dot32(w->u + (b + i) * 32, a->qs + (b + i) * 32, off);
-        int32x4_t tot = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
-        float32x4_t dd = vmulq_f32(vld1q_f32(w->d + b), vld1q_f32(a->d + b));
-        float *lane = acc + b % 16;
-        vst1q_f32(lane, vfmaq_f32(vld1q_f32(lane), dd, vcvtq_f32_s32(tot)));
-    }
-    for (; b < nb; b++) {
-        int32_t tot = vaddvq_s32(dot32(w->u + b * 32, a->qs + b * 32, off));
-        acc[b % 16] = fmaf(w->d[b] * a->d[b], (float)tot, acc[b % 16]);
-    }
-    if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
-        for (b = 0; b < nb; b++)
-            mins = fmaf(w->m[b], a->s[b], mins);
-    return lm_hsum16(acc) + mins;
-}
-
-/*
- * 256-element super-blocks: each 4 codes' sum times its group scale, summed
- * exactly, then lm_dot_k_scalar's one multiply-add per super-block into its lane.
- */
-NEON_DOT float lm_dot_k_neon(const qrow *w, const act_row *a)
-{
-    const uint8x16_t off = vdupq_n_u8((uint8_t)lm_code_offset(w->type));
-    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
-    for (int64_t b = 0; b < w->k / 256; b++) {
-        int32x4_t sum = vdupq_n_s32(0);
-        for (int64_t e = b * 256; e < (b + 1) * 256; e += 16) {
-            int8x16_t q = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(w->u + e), off));
-            int32x4_t fours = vdotq_s32(vdupq_n_s32(0), q, vld1q_s8(a->qs + e));
-            sum = vmlaq_s32(sum, vld1q_s32(w->sc4 + e / 4), fours);
-        }
-        acc[b % LM_K_LANES] = fmaf(w->d[b] * a->d[b], (float)vaddvq_s32(sum), acc[b % LM_K_LANES]);
-        mins[b % LM_K_LANES] += lm_k_mins(w, a, b);
-    }
-    return lm_k_total(acc, mins);
-}
+/* The dot products twice (qdot_neon_dots.h): with SDOT, and without as *_plain. */
+#define DOTS_ATTR NEON_DOT
+#define DOT4 vdotq_s32
+#define DOTS(name) name
+#include "qdot_neon_dots.h"
+#undef DOTS_ATTR
+#undef DOT4
+#undef DOTS
+#define DOTS_ATTR
+#define DOT4 dot4_plain
+#define DOTS(name) name##_plain
+#include "qdot_neon_dots.h"
+#undef DOTS_ATTR
+#undef DOT4
+#undef DOTS
 
 /* Float rows: element i into lane i % 16, fused, then the fixed tree. */
-NEON_DOT float lm_dot_f_neon(const float *x, const float *y, int64_t n)
+float lm_dot_f_neon(const float *x, const float *y, int64_t n)
 {
     float32x4_t v[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
     int64_t i = 0;
@@ -214,6 +191,7 @@ NEON_DOT float lm_dot_f_neon(const float *x, const float *y, int64_t n)
 
 #else /* not aarch64: never chosen, the scalar twins stand in */
 
+int lm_cpu_neon(void) { return 0; }
 int lm_cpu_neon_dot(void) { return 0; }
 int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k)
 {
@@ -222,6 +200,8 @@ int lm_qrow_decode_neon(qrow *r, uint32_t type, const void *src, int64_t k)
 }
 float lm_dot_b32_neon(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_neon(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
+float lm_dot_b32_neon_plain(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
+float lm_dot_k_neon_plain(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_neon(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
 
 #endif

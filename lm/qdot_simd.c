@@ -150,7 +150,10 @@ AVX512 float lm_dot_f_avx512(const float *x, const float *y, int64_t n)
 
 #else /* not x86: scalar, or NEON's dots (qdot_neon.c) */
 
-int lm_cpu_isa(void) { return lm_cpu_neon_dot() ? LM_ISA_NEON : LM_ISA_SCALAR; }
+int lm_cpu_isa(void)
+{
+    return lm_cpu_neon_dot() ? LM_ISA_NEON_DOT : lm_cpu_neon() ? LM_ISA_NEON : LM_ISA_SCALAR;
+}
 float lm_dot_b32_avx512(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx512(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx512(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
