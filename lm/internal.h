@@ -79,6 +79,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base);
 void lm_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k); /* 0: not here */
 int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k);   /* 0: not here */
+int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k);   /* 0: not here */
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
 void lm_k_scales(uint32_t type, const uint8_t *blk, int *sc, int *mn); /* super-block's 16 group scales, mins */

@@ -416,6 +416,7 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     act_row *a = &s->acts[slot];
     int done = s->isa >= LM_ISA_AVX512 ? lm_quantize_act_avx512(w->type, x, dst, k)
                : s->isa == LM_ISA_AVX2 ? lm_quantize_act_avx2(w->type, x, dst, k)
+               : lm_isa_neon(s->isa)   ? lm_quantize_act_neon(w->type, x, dst, k)
                                        : 0;
     if (!done)
         lm_quantize_act(w->type, x, dst, k);

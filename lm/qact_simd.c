@@ -1,6 +1,6 @@
 /*
- * lm/qact_simd.c - the AVX-512 and AVX2 forms of lm_quantize_act (qdot.c)
- * for the Q8_0 and Q8_K activations, chosen at run time.  Rounding a batch's
+ * lm/qact_simd.c - the AVX-512, AVX2 and NEON forms of lm_quantize_act
+ * (qdot.c) for the Q8_0 and Q8_K activations, chosen at run time.  Rounding a batch's
  * activations was a sixth of a small model's prompt time in scalar code.
  * Every value is the scalar code's: the same maxima (NaN never wins), the
  * same products rounded the same way, the same exact integer sums; a test
@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "simd.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -229,6 +230,12 @@ AVX2 int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t
     return 1;
 }
 
+int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    (void)wtype, (void)x, (void)dst, (void)k;
+    return 0; /* not built here: the caller rounds with lm_quantize_act */
+}
+
 #else
 
 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k)
@@ -243,4 +250,101 @@ int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k)
     return 0;
 }
 
+#if defined(__aarch64__) && defined(__GNUC__)
+#include <arm_neon.h>
+
+/* ---- NEON (any aarch64 core): the same values, 4 lanes at a time ---- */
+
+/* max(|x|, m) lane by lane, where a NaN x leaves m (maxnm: the number wins). */
+static inline float32x4_t abs_max4(float32x4_t x, float32x4_t m)
+{
+    return vmaxnmq_f32(vabsq_f32(x), m);
+}
+
+/* code8(nearbyintf(x * scale)) for 16 values into q: clamped to [-128, 127], NaN -> 0. */
+static inline void codes16_neon(const float *x, float32x4_t scale, int8_t *q)
+{
+    int16x4_t h[4];
+    for (int i = 0; i < 4; i++) {
+        float32x4_t v = vrndiq_f32(vmulq_f32(vld1q_f32(x + 4 * i), scale)); /* the current mode, as nearbyintf */
+        v = vminq_f32(vmaxq_f32(v, vdupq_n_f32(-128.0f)), vdupq_n_f32(127.0f)); /* a NaN stays NaN */
+        h[i] = vqmovn_s32(vcvtq_s32_f32(v)); /* and converts to 0 (FCVTZS), as in code8 */
+    }
+    vst1q_s8(q, vcombine_s8(vqmovn_s16(vcombine_s16(h[0], h[1])), vqmovn_s16(vcombine_s16(h[2], h[3]))));
+}
+
+/* Q8_0 block b: d = max/127 rounded to f16 (to nearest even, as lm_f32_to_f16), codes x * 127/max. */
+static void quant_b32_neon(const float *x, act_row *r, int64_t b)
+{
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int i = 0; i < 32; i += 4)
+        m = abs_max4(vld1q_f32(x + i), m);
+    float amax = vmaxvq_f32(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    codes16_neon(x, vdupq_n_f32(id), r->qs + b * 32);
+    codes16_neon(x + 16, vdupq_n_f32(id), r->qs + b * 32 + 16);
+    r->d[b] = vgetq_lane_f32(vcvt_f32_f16(vcvt_f16_f32(vdupq_n_f32(d))), 0);
+    r->s[b] = 0.0f;
+}
+
+/* Q8_K super-block b: the scale from the first value of largest magnitude, sign and all. */
+static void quant_k_neon(const float *x, act_row *r, int64_t b)
+{
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int i = 0; i < 256; i += 4)
+        m = abs_max4(vld1q_f32(x + i), m);
+    float amax = vmaxvq_f32(m), max = 0.0f;
+    int8_t *qs = r->qs + b * 256;
+    if (amax == 0.0f) {
+        memset(qs, 0, 256);
+        r->d[b] = 0.0f;
+        return;
+    }
+    for (int i = 0; i < 256; i++)
+        if (fabsf(x[i]) == amax) {
+            max = x[i];
+            break;
+        }
+    float iscale = -127.0f / max;
+    for (int i = 0; i < 256; i += 16)
+        codes16_neon(x + i, vdupq_n_f32(iscale), qs + i);
+    r->d[b] = 1.0f / iscale;
+}
+
+/* The sums of every 16 codes, and -off * (sum of every 4), 16 codes a step. */
+static void code_sums_neon(act_row *r, int64_t k, int off)
+{
+    const int32x4_t noff = vdupq_n_s32(-off);
+    for (int64_t e = 0; e < k; e += 16) {
+        int32x4_t s4 = vpaddlq_s16(vpaddlq_s8(vld1q_s8(r->qs + e))); /* sums of 4, exact */
+        vst1q_s32(r->negcorr + e / 4, vmulq_s32(s4, noff));
+        r->sum16[e / 16] = (int16_t)vaddvq_s32(s4);
+    }
+}
+
+int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    int atype = lm_act_type(wtype);
+    if (atype != LM_Q8_0 && atype != LM_Q8_K)
+        return 0;
+    act_row r;
+    lm_act_layout(atype, k, &r, dst);
+    if (atype == LM_Q8_K)
+        for (int64_t b = 0; b < k / 256; b++)
+            quant_k_neon(x + b * 256, &r, b);
+    else
+        for (int64_t b = 0; b < k / 32; b++)
+            quant_b32_neon(x + b * 32, &r, b);
+    code_sums_neon(&r, k, lm_code_offset(wtype));
+    return 1;
+}
+
+#else
+
+int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    (void)wtype, (void)x, (void)dst, (void)k;
+    return 0;
+}
+
+#endif
 #endif

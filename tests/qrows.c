@@ -4,6 +4,8 @@
  */
 #include "qrows.h"
 
+#include <math.h>
+
 #include <string.h>
 
 void put_half(uint8_t *p, float f)
@@ -51,4 +53,16 @@ void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed)
     if (ty == LM_F32)
         for (int i = 0; i < k; i++)
             ((float *)row)[i] = (float)(i % 17 - 8) * 0.125f;
+}
+
+void act_edge_input(float *x)
+{
+    for (int i = 0; i < K; i++)
+        x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
+    for (int i = 256; i < 288; i++) /* an all-zero block and super-block start */
+        x[i] = 0.0f;
+    x[300] = 0.5f * 127.0f / 8.0f, x[301] = -8.0f, x[302] = 8.0f; /* a tie and both signs of max */
+    x[400] = __builtin_nanf(""), x[520] = __builtin_inff(), x[700] = -__builtin_inff();
+    for (int i = 608; i < 672; i++) /* scales below f16's normal range */
+        x[i] = (float)(i % 7 - 3) * (i < 640 ? 1e-6f : 3e-5f);
 }

@@ -32,5 +32,8 @@ void random_row(uint32_t type, uint8_t *b, size_t n, uint64_t *seed);
 void qrow_init(qrow_buf *b);
 /* A random row of k elements (F32 rows: a fixed ramp). */
 void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed);
+/* K activations for the rounding tests: ties, NaN, infinities, an all-zero
+   block, +max and -max both, scales below f16's normal range. */
+void act_edge_input(float *x);
 
 #endif

@@ -64,14 +64,7 @@ START_TEST(test_quantize_act_bitwise)
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
     static float x[K];
     static uint8_t want[K * 8] __attribute__((aligned(64))), got[K * 8] __attribute__((aligned(64))); /* same layout */
-    for (int i = 0; i < K; i++)
-        x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
-    for (int i = 256; i < 288; i++) /* an all-zero block and super-block start */
-        x[i] = 0.0f;
-    x[300] = 0.5f * 127.0f / 8.0f, x[301] = -8.0f, x[302] = 8.0f; /* a tie and both signs of max */
-    x[400] = __builtin_nanf(""), x[520] = __builtin_inff(), x[700] = -__builtin_inff();
-    for (int i = 608; i < 672; i++) /* scales below f16's normal range */
-        x[i] = (float)(i % 7 - 3) * (i < 640 ? 1e-6f : 3e-5f);
+    act_edge_input(x);
     for (int ti = 0; ti < 7; ti++)
         for (int k = K; k >= K - 32; k -= 32) {
             uint32_t ty = types[ti];

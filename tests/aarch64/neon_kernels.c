@@ -2,7 +2,8 @@
  * tests/aarch64/neon_kernels.c - the NEON decoders and dots (lm/qdot_neon.c:
  * with SDOT where the CPU has it, and without) against the scalar
  * reference, bit for bit, for every weight type, and
- * the NEON attention, softmax, SiLU and sums of squares (lm/attention_neon.c).  Built with the
+ * the NEON rounding of activations (lm/qact_simd.c) and attention, softmax,
+ * SiLU and sums of squares (lm/attention_neon.c).  Built with the
  * aarch64 cross compiler and run under qemu by `make check-aarch64` (part
  * of `make check` where those tools are installed); a plain C program,
  * since Check is not built for aarch64 here.
@@ -86,6 +87,28 @@ static void check_rows(void)
     }
 }
 
+/* The NEON rounding of activations (qact_simd.c) writes the scalar one's bytes (act_edge_input). */
+static void check_quantize(void)
+{
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
+    static float x[K];
+    static uint8_t want[K * 8], got[K * 8]; /* the same layout */
+    act_edge_input(x);
+    for (int ti = 0; ti < 7; ti++)
+        for (int k = K; k >= K - 32; k -= 32) {
+            uint32_t ty = types[ti];
+            if (k % lm_type_block(ty))
+                continue;
+            size_t n = lm_act_row_bytes(lm_act_type(ty), k);
+            memset(want, 0, n), memset(got, 0, n);
+            lm_quantize_act(ty, x, want, k);
+            if (!lm_quantize_act_neon(ty, x, got, k) || memcmp(want, got, n)) {
+                fprintf(stderr, "FAIL rounding %s k=%d: not the scalar bytes\n", lm_type_name(ty), k);
+                failures++;
+            }
+        }
+}
+
 /* Float dots of every length from 0 to 40: each tail length after 0, 1 and 2 full steps. */
 static void check_floats(void)
 {
@@ -145,9 +168,10 @@ int main(void)
         return 1;
     }
     check_rows();
+    check_quantize();
     check_floats();
     check_layer_math();
-    printf("aarch64 NEON %s: dots and attention %s\n",
+    printf("aarch64 NEON %s: dots, rounding and attention %s\n",
            lm_cpu_isa() == LM_ISA_NEON_DOT ? "with SDOT and without" : "without SDOT",
            failures ? "FAILED" : "bitwise equal to the scalar ones");
     return failures != 0;
