@@ -5,6 +5,7 @@
 #include "qrows.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include <string.h>
 
@@ -55,7 +56,8 @@ void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed)
             ((float *)row)[i] = (float)(i % 17 - 8) * 0.125f;
 }
 
-void act_edge_input(float *x)
+/* K activations: ties, NaN, infinities, an all-zero block, +max and -max both, tiny scales. */
+static void act_edge_input(float *x)
 {
     for (int i = 0; i < K; i++)
         x[i] = sinf((float)i * 1.7f) * (float)(1 + i % 9) * 3.0f;
@@ -65,4 +67,29 @@ void act_edge_input(float *x)
     x[400] = __builtin_nanf(""), x[520] = __builtin_inff(), x[700] = -__builtin_inff();
     for (int i = 608; i < 672; i++) /* scales below f16's normal range */
         x[i] = (float)(i % 7 - 3) * (i < 640 ? 1e-6f : 3e-5f);
+}
+
+int act_rounding_check(quantize_fn fn, char *msg, size_t cap)
+{
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q2_K, LM_Q3_K, LM_Q4_K, LM_Q6_K};
+    static float x[K];
+    static uint8_t want[K * 8] __attribute__((aligned(64))), got[K * 8] __attribute__((aligned(64)));
+    int bad = 0;
+    act_edge_input(x);
+    for (int ti = 0; ti < 7; ti++)
+        for (int k = K; k >= K - 32; k -= 32) {
+            uint32_t ty = types[ti];
+            if (k % lm_type_block(ty))
+                continue;
+            size_t n = lm_act_row_bytes(lm_act_type(ty), k), at = 0;
+            memset(want, 0, n), memset(got, 0, n);
+            lm_quantize_act(ty, x, want, k);
+            int took = fn(ty, x, got, k);
+            while (took && at < n && want[at] == got[at])
+                at++;
+            if ((!took || at < n) && !bad++)
+                snprintf(msg, cap, took ? "%s k=%d: byte %zu is %u, scalar %u" : "%s k=%d: not taken",
+                         lm_type_name(ty), k, at, got[at], want[at]);
+        }
+    return bad;
 }

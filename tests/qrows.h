@@ -32,8 +32,13 @@ void random_row(uint32_t type, uint8_t *b, size_t n, uint64_t *seed);
 void qrow_init(qrow_buf *b);
 /* A random row of k elements (F32 rows: a fixed ramp). */
 void test_row(uint32_t ty, uint8_t *row, int k, uint64_t *seed);
-/* K activations for the rounding tests: ties, NaN, infinities, an all-zero
-   block, +max and -max both, scales below f16's normal range. */
-void act_edge_input(float *x);
+/*
+ * A fast rounding of activations (lm_quantize_act_*) against the scalar
+ * bytes, for 7 weight types at 2 widths, on values with ties, NaN,
+ * infinities, an all-zero block, +max and -max both and scales below
+ * f16's normal range.  Returns how many differ (the first in msg).
+ */
+typedef int (*quantize_fn)(uint32_t wtype, const float *x, void *dst, int64_t k);
+int act_rounding_check(quantize_fn fn, char *msg, size_t cap);
 
 #endif
