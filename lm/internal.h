@@ -117,6 +117,9 @@ float lm_dot_b32_neon(const qrow *w, const act_row *a);       /* SDOT */
 float lm_dot_k_neon(const qrow *w, const act_row *a);
 float lm_dot_b32_neon_plain(const qrow *w, const act_row *a); /* ARMv8.0 */
 float lm_dot_k_neon_plain(const qrow *w, const act_row *a);
+/* Four tokens a[0..3] through w: out[t * ld]; 0 for rows that are not integer dots */
+int lm_dot4_neon(const qrow *w, const act_row *a, float *out, size_t ld);
+int lm_dot4_neon_plain(const qrow *w, const act_row *a, float *out, size_t ld);
 float lm_dot_f_neon(const float *x, const float *y, int64_t n);
 /* qrow_vbmi.c: one token through a Q4_0/Q5_0 row read in order, 4 blocks a load pair */
 int lm_cpu_vbmi(void);                     /* 1: AVX-512 VBMI and VNNI usable */
@@ -156,6 +159,8 @@ int lm_fused_row_avx512(uint32_t t, const void *row, int64_t k, const act_row *a
 /* Decodes a row and dots it with an activation, on the given instruction set. */
 void lm_qrow_decode(qrow *r, uint32_t type, const void *src, int64_t k, int isa);
 float lm_qrow_dot(const qrow *r, const act_row *a, int isa);
+/* lm_qrow_dot for tokens a[0..nt): out[t * ld] (NEON: four tokens a pass over the row) */
+void lm_qrow_dots(const qrow *r, const act_row *a, int nt, float *out, size_t ld, int isa);
 float lm_dot_f(const float *x, const float *y, int64_t n, int isa);
 
 /* 16 tokens' Q8_0 or Q8_K activations side by side, for qgemm.c's kernels. */

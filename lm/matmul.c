@@ -372,8 +372,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         }
         lm_prefetch_ahead(row, row_bytes); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
-        for (int t = 0; t < nt; t++)
-            out[(size_t)(t0 + t) * rows + i] = lm_qrow_dot(r, &acts[t0 + t], s->isa);
+        lm_qrow_dots(r, acts + t0, nt, out + (size_t)t0 * rows + i, (size_t)rows, s->isa);
     }
 }
 

@@ -473,3 +473,14 @@ float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
         return lm_dot_f(r->f, a->f, r->k, isa);
     }
 }
+
+void lm_qrow_dots(const qrow *r, const act_row *a, int nt, float *out, size_t ld, int isa)
+{
+    int t = 0;
+    if (lm_isa_neon(isa))
+        for (; t + 4 <= nt; t += 4)
+            if (!(isa == LM_ISA_NEON_DOT ? lm_dot4_neon : lm_dot4_neon_plain)(r, a + t, out + (size_t)t * ld, ld))
+                break;
+    for (; t < nt; t++)
+        out[(size_t)t * ld] = lm_qrow_dot(r, &a[t], isa);
+}

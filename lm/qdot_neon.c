@@ -202,6 +202,16 @@ float lm_dot_b32_neon(const qrow *w, const act_row *a) { return lm_dot_b32_scala
 float lm_dot_k_neon(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_b32_neon_plain(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_neon_plain(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
+int lm_dot4_neon(const qrow *w, const act_row *a, float *out, size_t ld)
+{
+    (void)w, (void)a, (void)out, (void)ld;
+    return 0;
+}
+int lm_dot4_neon_plain(const qrow *w, const act_row *a, float *out, size_t ld)
+{
+    (void)w, (void)a, (void)out, (void)ld;
+    return 0;
+}
 float lm_dot_f_neon(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
 
 #endif

@@ -66,3 +66,84 @@ DOTS_ATTR float DOTS(lm_dot_k_neon)(const qrow *w, const act_row *a)
     }
     return lm_k_total(acc, mins);
 }
+
+/*
+ * Four tokens through one decoded row: each block's codes are loaded and
+ * offset once for all four, and each token's sums take exactly the steps
+ * of DOTS(lm_dot_b32_neon) (its own lanes b % 16, the same tree).
+ * out[t * ld] gets token t's dot.
+ */
+DOTS_ATTR static void DOTS(dot_b32_x4)(const qrow *w, const act_row *a, float *out, size_t ld)
+{
+    const uint8x16_t off = vdupq_n_u8((uint8_t)lm_code_offset(w->type));
+    const int64_t nb = w->k / 32;
+    float acc[4][16] = {{0}}, mins[4] = {0};
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        int32x4_t s[4][4];
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *u = w->u + (b + i) * 32;
+            int8x16_t q0 = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(u), off));
+            int8x16_t q1 = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(u + 16), off));
+            for (int t = 0; t < 4; t++) {
+                const int8_t *x = a[t].qs + (b + i) * 32;
+                s[t][i] = DOT4(DOT4(vdupq_n_s32(0), q0, vld1q_s8(x)), q1, vld1q_s8(x + 16));
+            }
+        }
+        const float32x4_t wd = vld1q_f32(w->d + b);
+        for (int t = 0; t < 4; t++) {
+            int32x4_t tot = vpaddq_s32(vpaddq_s32(s[t][0], s[t][1]), vpaddq_s32(s[t][2], s[t][3]));
+            float *lane = acc[t] + b % 16;
+            vst1q_f32(lane, vfmaq_f32(vld1q_f32(lane), vmulq_f32(wd, vld1q_f32(a[t].d + b)), vcvtq_f32_s32(tot)));
+        }
+    }
+    for (; b < nb; b++)
+        for (int t = 0; t < 4; t++) {
+            int32_t tot = vaddvq_s32(DOTS(dot32)(w->u + b * 32, a[t].qs + b * 32, off));
+            acc[t][b % 16] = fmaf(w->d[b] * a[t].d[b], (float)tot, acc[t][b % 16]);
+        }
+    for (int t = 0; t < 4; t++) {
+        if (w->type == LM_Q4_1 || w->type == LM_Q5_1)
+            for (b = 0; b < nb; b++)
+                mins[t] = fmaf(w->m[b], a[t].s[b], mins[t]);
+        out[(size_t)t * ld] = lm_hsum16(acc[t]) + mins[t];
+    }
+}
+
+/* DOTS(lm_dot_k_neon) for four tokens, each block's codes and group scales loaded once. */
+DOTS_ATTR static void DOTS(dot_k_x4)(const qrow *w, const act_row *a, float *out, size_t ld)
+{
+    const uint8x16_t off = vdupq_n_u8((uint8_t)lm_code_offset(w->type));
+    float acc[4][LM_K_LANES] = {{0}}, mins[4][LM_K_LANES] = {{0}};
+    for (int64_t b = 0; b < w->k / 256; b++) {
+        int32x4_t sum[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (int64_t e = b * 256; e < (b + 1) * 256; e += 16) {
+            const int8x16_t q = vreinterpretq_s8_u8(vsubq_u8(vld1q_u8(w->u + e), off));
+            const int32x4_t sc = vld1q_s32(w->sc4 + e / 4);
+            for (int t = 0; t < 4; t++)
+                sum[t] = vmlaq_s32(sum[t], sc, DOT4(vdupq_n_s32(0), q, vld1q_s8(a[t].qs + e)));
+        }
+        for (int t = 0; t < 4; t++) {
+            acc[t][b % LM_K_LANES] = fmaf(w->d[b] * a[t].d[b], (float)vaddvq_s32(sum[t]), acc[t][b % LM_K_LANES]);
+            mins[t][b % LM_K_LANES] += lm_k_mins(w, &a[t], b);
+        }
+    }
+    for (int t = 0; t < 4; t++)
+        out[(size_t)t * ld] = lm_k_total(acc[t], mins[t]);
+}
+
+/* Four tokens through a decoded row of an integer-dot type; 0 for the others (float rows). */
+DOTS_ATTR int DOTS(lm_dot4_neon)(const qrow *w, const act_row *a, float *out, size_t ld)
+{
+    switch (lm_act_type(w->type)) {
+    case LM_Q8_0:
+    case LM_Q8_1:
+        DOTS(dot_b32_x4)(w, a, out, ld);
+        return 1;
+    case LM_Q8_K:
+        DOTS(dot_k_x4)(w, a, out, ld);
+        return 1;
+    default:
+        return 0;
+    }
+}

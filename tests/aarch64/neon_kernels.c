@@ -87,6 +87,45 @@ static void check_rows(void)
     }
 }
 
+/*
+ * Several tokens through a decoded row (lm_qrow_dots: four a pass, then
+ * one at a time), with and without SDOT, each token's output the scalar
+ * dot's bytes: 6 tokens (a pass and two left), outputs 3 floats apart.
+ */
+static void check_dots_many(void)
+{
+    enum { NT = 6, LD = 3 };
+    static uint8_t row[KMAX * 4], act[NT][KMAX * 8];
+    static float x[KMAX], out[NT * LD];
+    static qrow_buf ref;
+    static const int widths[] = {K, K - 32, KMAX - 256};
+    uint64_t seed = 11;
+    act_row ar[NT];
+    for (int ti = 0; ti < N_ALL_TYPES; ti++)
+        for (int wi = 0; wi < 3; wi++) {
+            uint32_t ty = ALL_TYPES[ti];
+            int k = widths[wi];
+            if (k % lm_type_block(ty))
+                continue;
+            test_row(ty, row, k, &seed);
+            qrow_init(&ref);
+            lm_qrow_decode_scalar(&ref.r, ty, row, k);
+            for (int t = 0; t < NT; t++) {
+                for (int i = 0; i < k; i++)
+                    x[i] = sinf((float)(i * (t + 2)) * 0.37f) * (float)(1 + (i + t) % 5);
+                lm_quantize_act(ty, x, act[t], k);
+                lm_act_layout(lm_act_type(ty), k, &ar[t], act[t]);
+            }
+            for (int isa = LM_ISA_NEON; isa <= lm_cpu_isa(); isa++) {
+                lm_qrow_dots(&ref.r, ar, NT, out, LD, isa);
+                for (int t = 0; t < NT; t++)
+                    expect_same(out[t * LD], lm_qrow_dot(&ref.r, &ar[t], LM_ISA_SCALAR),
+                                isa == LM_ISA_NEON ? "dots of 6 tokens (ARMv8.0)" : "dots of 6 tokens (SDOT)",
+                                lm_type_name(ty), k);
+            }
+        }
+}
+
 /* The NEON rounding of activations (qact_simd.c) writes the scalar one's bytes. */
 static void check_quantize(void)
 {
@@ -156,6 +195,7 @@ int main(void)
         return 1;
     }
     check_rows();
+    check_dots_many();
     check_quantize();
     check_floats();
     check_layer_math();
