@@ -89,7 +89,7 @@ static inline __mmask64 first_bytes(int64_t n)
  * scales merged into words 4(j % 4)..+3 of *sc.
  */
 VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act_row *a, int64_t j, int live,
-                                       __m512i *sc)
+                                       __m512i *sc, __m512i *first64)
 {
     /* Q4_0: nibbles of block i at bytes 18i+2..18i+17 of the window; bytes past 63 come
        from the second load, which starts at byte 8 so as to end with the window.
@@ -131,7 +131,9 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
         }
     }
     __m512i x = _mm512_permutex2var_epi8(lo_bytes, q5 ? nib5 : nib4, hi_bytes);
-    if (q5)
+    if (first64) /* the caller gathers the scales (scales16_q4_0) */
+        *first64 = lo_bytes;
+    else if (q5)
         *sc = _mm512_mask_mov_epi8(*sc, words, _mm512_permutex2var_epi8(lo_bytes, scale5, hi_bytes));
     else
         *sc = _mm512_mask_permutexvar_epi8(*sc, words, scale4, lo_bytes);
@@ -154,14 +156,40 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
     return _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(a->qw + 128 * j + 64));
 }
 
+/*
+ * The 16 f16 scales of a whole Q4_0 step in words 0-15, from its four
+ * windows' first 64 bytes (block 4w + i's scale at bytes 18i of window w):
+ * two two-table byte permutes and a blend, where a permute a window took
+ * four (this core issues one 512-bit shuffle a cycle).
+ */
+VBMI static INLINE __m512i scales16_q4_0(const __m512i w[4])
+{
+    const __m512i pick = _mm512_set_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        119, 118, 101, 100, 83, 82, 65, 64, 55, 54, 37, 36, 19, 18, 1, 0,
+        119, 118, 101, 100, 83, 82, 65, 64, 55, 54, 37, 36, 19, 18, 1, 0);
+    __m512i lo = _mm512_permutex2var_epi8(w[0], pick, w[1]); /* blocks 0-7: bytes 0-15 */
+    __m512i hi = _mm512_permutex2var_epi8(w[2], pick, w[3]); /* blocks 8-15: bytes 16-31 */
+    return _mm512_mask_mov_epi8(lo, (__mmask64)0xffff0000u, hi);
+}
+
 /* Blocks b..b+m-1 (m <= 16, b a multiple of 16) scaled into acc's lanes 0..m-1. */
 VBMI static INLINE __m512 step(uint32_t t, const uint8_t *row, const act_row *a, int64_t b, int m, __m512 acc)
 {
     __m512i v[4], sc = _mm512_setzero_si512();
+    if (t == LM_Q4_0 && m == 16) {
+        __m512i first[4];
 #pragma GCC unroll 4
-    for (int jj = 0; jj < 4; jj++) {
-        int live = m - 4 * jj;
-        v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc) : _mm512_setzero_si512();
+        for (int jj = 0; jj < 4; jj++)
+            v[jj] = window_sums(t, row, a, b / 4 + jj, 4, NULL, &first[jj]);
+        sc = scales16_q4_0(first);
+    } else {
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; jj++) {
+            int live = m - 4 * jj;
+            v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc, NULL)
+                             : _mm512_setzero_si512();
+        }
     }
     __m512i sums = fold_fours(v[0], v[1], v[2], v[3]);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
