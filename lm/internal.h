@@ -55,6 +55,7 @@ typedef struct act_row {
     int32_t *negcorr;  /* -offset * (sum of every 4 codes), offset of the weight type */
     int8_t *qw;        /* per window of 4 blocks: their codes 0-15, then 16-31 (qrow_vbmi.c) */
     int32_t *ncw;      /* per window: negcorr of codes 4q.. and 16+4q.. added, lane 4i+q */
+    float *dt;         /* windows: each step's 16 block scales d, lane b at 4 (b % 4) + b / 4 */
     int windows;       /* 1 once qw and ncw hold this row's values */
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
     int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */

@@ -77,6 +77,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     r->qw = (int8_t *)p;
     r->ncw = (int32_t *)(p + (k / QK + 15) / 16 * 512);
+    r->dt = (float *)(p + (k / QK + 15) / 16 * (512 + 256));
     r->windows = r->nibbles = r->lanes = 0;
     r->f = (float *)base;
 }
@@ -88,7 +89,7 @@ size_t lm_act_row_bytes(int atype, int64_t k)
     int64_t nb = k / QK;
     size_t n = (size_t)(k + 63) / 64 * 64 + 2 * (size_t)nb * 4 + (size_t)(k / 16) * 2 + 64;
     n += (size_t)(k / 4) * 4 + 64;              /* negcorr */
-    n += (size_t)(nb + 15) / 16 * (512 + 256);   /* qw, ncw: whole steps of 16 blocks */
+    n += (size_t)(nb + 15) / 16 * (512 + 256 + 64); /* qw, ncw, dt: whole steps of 16 blocks */
     return (n + 63) / 64 * 64;
 }
 

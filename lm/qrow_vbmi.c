@@ -14,7 +14,10 @@
  * then codes 16-31), so two vpdpbusd give 4 lanes per block, and folding
  * them (fold_fours) gives 16 blocks' exact sums in lanes 0-15.  Those
  * take lm_dot_b32_scalar's float steps (block b into lane b % 16, then the
- * lane tree), so the result is bitwise the scalar one.  Q5_0 windows are
+ * lane tree), so the result is bitwise the scalar one.  Q4_0's whole
+ * steps keep block 4w + i in lane 4i + w until the row's last whole step
+ * (step_q4_0_transposed): each lane still sums one block's products in
+ * order, and a permute a row instead of a step puts them back.  Q5_0 windows are
  * 88 bytes; their fifth bits are gathered by two more byte permutes, one
  * qh byte to each code's byte, and tested into masks that add 16.
  */
@@ -29,12 +32,14 @@ void lm_act_windows(act_row *a)
     const int64_t nb = a->k / 32, nw = (nb + 3) / 4;
     memset(a->qw, 0, (size_t)nw * 128);
     memset(a->ncw, 0, (size_t)nw * 16 * sizeof *a->ncw);
+    memset(a->dt, 0, (size_t)(nb + 15) / 16 * 16 * sizeof *a->dt);
     for (int64_t b = 0; b < nb; b++) {
         int64_t j = b / 4, i = b % 4;
         memcpy(a->qw + 128 * j + 16 * i, a->qs + 32 * b, 16);
         memcpy(a->qw + 128 * j + 64 + 16 * i, a->qs + 32 * b + 16, 16);
         for (int q = 0; q < 4; q++)
             a->ncw[16 * j + 4 * i + q] = a->negcorr[8 * b + q] + a->negcorr[8 * b + 4 + q];
+        a->dt[b / 16 * 16 + 4 * (b % 4) + b % 16 / 4] = a->d[b]; /* the lane of fold_fours_transposed */
     }
     a->windows = 1;
 }
@@ -157,39 +162,41 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
 }
 
 /*
- * The 16 f16 scales of a whole Q4_0 step in words 0-15, from its four
- * windows' first 64 bytes (block 4w + i's scale at bytes 18i of window w):
- * two two-table byte permutes and a blend, where a permute a window took
- * four (this core issues one 512-bit shuffle a cycle).
+ * A whole Q4_0 step with its 16 blocks in fold_fours_transposed's lanes
+ * (block 4w + i in lane 4i + w), so that no permute puts each step's sums
+ * in order: the scales are gathered in that order (two two-table byte
+ * permutes and a blend, where a permute a window took four), the token's
+ * block scales were laid out so (a->dt), and row_b32 puts the lanes in
+ * order once a row.  This core issues one 512-bit shuffle a cycle; a step
+ * had 12, now 9.
  */
-VBMI static INLINE __m512i scales16_q4_0(const __m512i w[4])
+VBMI static INLINE __m512 step_q4_0_transposed(const uint8_t *row, const act_row *a, int64_t b, __m512 acc)
 {
+    /* word 4i + w: the scale of block i of window w, at byte 18i of its first 64 (w odd: table 2) */
     const __m512i pick = _mm512_set_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        119, 118, 101, 100, 83, 82, 65, 64, 55, 54, 37, 36, 19, 18, 1, 0,
-        119, 118, 101, 100, 83, 82, 65, 64, 55, 54, 37, 36, 19, 18, 1, 0);
-    __m512i lo = _mm512_permutex2var_epi8(w[0], pick, w[1]); /* blocks 0-7: bytes 0-15 */
-    __m512i hi = _mm512_permutex2var_epi8(w[2], pick, w[3]); /* blocks 8-15: bytes 16-31 */
-    return _mm512_mask_mov_epi8(lo, (__mmask64)0xffff0000u, hi);
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        119, 118, 55, 54, 119, 118, 55, 54, 101, 100, 37, 36, 101, 100, 37, 36,
+        83, 82, 19, 18, 83, 82, 19, 18, 65, 64, 1, 0, 65, 64, 1, 0);
+    __m512i v[4], first[4];
+#pragma GCC unroll 4
+    for (int jj = 0; jj < 4; jj++)
+        v[jj] = window_sums(LM_Q4_0, row, a, b / 4 + jj, 4, NULL, &first[jj]);
+    __m512i s01 = _mm512_permutex2var_epi8(first[0], pick, first[1]); /* windows 0, 1: words 4i, 4i + 1 */
+    __m512i s23 = _mm512_permutex2var_epi8(first[2], pick, first[3]); /* windows 2, 3: words 4i + 2, 4i + 3 */
+    __m512i sc = _mm512_mask_mov_epi8(s01, (__mmask64)0xf0f0f0f0u, s23);
+    __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(sc)), _mm512_loadu_ps(a->dt + b));
+    return _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(fold_fours_transposed(v[0], v[1], v[2], v[3])), acc);
 }
 
 /* Blocks b..b+m-1 (m <= 16, b a multiple of 16) scaled into acc's lanes 0..m-1. */
 VBMI static INLINE __m512 step(uint32_t t, const uint8_t *row, const act_row *a, int64_t b, int m, __m512 acc)
 {
     __m512i v[4], sc = _mm512_setzero_si512();
-    if (t == LM_Q4_0 && m == 16) {
-        __m512i first[4];
 #pragma GCC unroll 4
-        for (int jj = 0; jj < 4; jj++)
-            v[jj] = window_sums(t, row, a, b / 4 + jj, 4, NULL, &first[jj]);
-        sc = scales16_q4_0(first);
-    } else {
-#pragma GCC unroll 4
-        for (int jj = 0; jj < 4; jj++) {
-            int live = m - 4 * jj;
-            v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc, NULL)
-                             : _mm512_setzero_si512();
-        }
+    for (int jj = 0; jj < 4; jj++) {
+        int live = m - 4 * jj;
+        v[jj] = live > 0 ? window_sums(t, row, a, b / 4 + jj, live < 4 ? live : 4, &sc, NULL) : _mm512_setzero_si512();
     }
     __m512i sums = fold_fours(v[0], v[1], v[2], v[3]);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
@@ -206,6 +213,13 @@ VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, cons
     const size_t bs = t == LM_Q5_0 ? 22 : 18;
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
+    if (t == LM_Q4_0) { /* lanes transposed until the last whole step, each lane its block's own sum */
+        for (; b + 16 <= nb; b += 16) {
+            lm_prefetch_ahead(row + bs * b, bs * 16);
+            acc = step_q4_0_transposed(row, a, b, acc);
+        }
+        acc = _mm512_permutexvar_ps(fold_order(), acc);
+    }
     for (; b + 16 <= nb; b += 16) {
         lm_prefetch_ahead(row + bs * b, bs * 16);
         acc = step(t, row, a, b, 16, acc);

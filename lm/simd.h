@@ -261,14 +261,24 @@ AVX512 static INLINE __m512i pair_sums(__m512i x, __m512i y)
  * where pair_sums takes six cross-lane permutes: one-token Q4_0 rows in L2
  * went from 1.27 to 1.15 cycles a block.
  */
-AVX512 static INLINE __m512i fold_fours(__m512i v0, __m512i v1, __m512i v2, __m512i v3)
+/* Lane b <-> lane 4 (b % 4) + b / 4 (a 4 x 4 transpose: its own inverse). */
+AVX512 static INLINE __m512i fold_order(void)
+{
+    return _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
+/* fold_fours's sums before its last permute: lane 4i + w holds block 4w + i's. */
+AVX512 static INLINE __m512i fold_fours_transposed(__m512i v0, __m512i v1, __m512i v2, __m512i v3)
 {
     const __m512i one = _mm512_set1_epi16(1);
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     __m512i p01 = _mm512_madd_epi16(_mm512_packs_epi32(v0, v1), one); /* lanes (v0: 0+1, 2+3, v1: ...) */
     __m512i p23 = _mm512_madd_epi16(_mm512_packs_epi32(v2, v3), one);
-    __m512i s = _mm512_madd_epi16(_mm512_packs_epi32(p01, p23), one); /* lane 4i + w: vw's lanes 4i.. */
-    return _mm512_permutexvar_epi32(order, s);
+    return _mm512_madd_epi16(_mm512_packs_epi32(p01, p23), one); /* lane 4i + w: vw's lanes 4i.. */
+}
+
+AVX512 static INLINE __m512i fold_fours(__m512i v0, __m512i v1, __m512i v2, __m512i v3)
+{
+    return _mm512_permutexvar_epi32(fold_order(), fold_fours_transposed(v0, v1, v2, v3));
 }
 
 /* lm_k_total's tree, 16 outputs at once: the four K-quant lanes' sums s, less their mins m. */
