@@ -18,8 +18,10 @@
  * steps keep block 4w + i in lane 4i + w until the row's last whole step
  * (step_q4_0_transposed): each lane still sums one block's products in
  * order, and a permute a row instead of a step puts them back.  Q5_0 windows are
- * 88 bytes; their fifth bits are gathered by two more byte permutes, one
- * qh byte to each code's byte, and tested into masks that add 16.
+ * 88 bytes; one more byte permute puts each block's 32 bits of qh in two
+ * quadwords, and a bit shuffle (BITALG) a half picks each code's fifth bit
+ * into a mask that adds 16 (two permutes and two tests before: rows of
+ * 2048, one thread, hot, 36.5 -> 39.3 billion weights a second).
  */
 #include "internal.h"
 #include "simd.h"
@@ -70,14 +72,14 @@ void lm_act_lanes(act_row *a)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 
-#define VBMI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi")))
+#define VBMI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")))
 
 int lm_cpu_vbmi(void)
 {
     unsigned a, b, c, d;
     if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return 0;
-    return (c >> 1) & 1; /* the VNNI bit (c >> 11) is part of LM_ISA_AVX512 */
+    return (c >> 1) & (c >> 12) & 1; /* VBMI and BITALG (Q5_0's fifth bits); VNNI is part of LM_ISA_AVX512 */
 }
 
 /* A mask of the first n (1..63) bytes. */
@@ -144,18 +146,20 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
         *sc = _mm512_mask_permutexvar_epi8(*sc, words, scale4, lo_bytes);
     __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
     if (q5) { /* bit j of a block's qh is the fifth bit of its code j: 0-15 low nibbles, 16-31 high */
-        const __m512i qh_lo = _mm512_set_epi8(
-            109, 109, 109, 109, 109, 109, 109, 109, 108, 108, 108, 108, 108, 108, 108, 108,
-            47, 47, 47, 47, 47, 47, 47, 47, 46, 46, 46, 46, 46, 46, 46, 46,
-            25, 25, 25, 25, 25, 25, 25, 25, 24, 24, 24, 24, 24, 24, 24, 24,
-            3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-        const __m512i qh_hi = _mm512_add_epi8(qh_lo, _mm512_set1_epi8(2)); /* bits 16-31: two bytes on */
-        /* byte 16i + j of x: the qh byte holding bit j (or 16 + j) of block i, tested at bit j % 8 */
-        const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll), m10 = _mm512_set1_epi8(0x10);
-        __mmask64 mlo = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(lo_bytes, qh_lo, hi_bytes), bit);
-        __mmask64 mhi = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(lo_bytes, qh_hi, hi_bytes), bit);
-        lo = _mm512_mask_add_epi8(lo, mlo, lo, m10);
-        hi = _mm512_mask_add_epi8(hi, mhi, hi, m10);
+        /* quadwords 2i and 2i + 1: block i's 32 bits of qh (window bytes 22i + 2.., block 3's from the second load) */
+        const __m512i qh = _mm512_set_epi8(
+            111, 110, 109, 108, 111, 110, 109, 108, 111, 110, 109, 108, 111, 110, 109, 108,
+            49, 48, 47, 46, 49, 48, 47, 46, 49, 48, 47, 46, 49, 48, 47, 46,
+            27, 26, 25, 24, 27, 26, 25, 24, 27, 26, 25, 24, 27, 26, 25, 24,
+            5, 4, 3, 2, 5, 4, 3, 2, 5, 4, 3, 2, 5, 4, 3, 2);
+        /* byte 16i + j of x holds codes j and 16 + j of block i: bits j, 16 + j of its quadword */
+        const __m512i bit_lo = _mm512_set_epi8(
+            15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+            15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i bit_hi = _mm512_add_epi8(bit_lo, _mm512_set1_epi8(16)), m10 = _mm512_set1_epi8(0x10);
+        const __m512i q = _mm512_permutex2var_epi8(lo_bytes, qh, hi_bytes);
+        lo = _mm512_mask_add_epi8(lo, _mm512_bitshuffle_epi64_mask(q, bit_lo), lo, m10);
+        hi = _mm512_mask_add_epi8(hi, _mm512_bitshuffle_epi64_mask(q, bit_hi), hi, m10);
     }
     __m512i v = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->ncw + 16 * j), lo, _mm512_loadu_si512(a->qw + 128 * j));
     return _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(a->qw + 128 * j + 64));
