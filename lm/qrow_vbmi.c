@@ -320,23 +320,21 @@ VBMI static INLINE __m512i lanes_pick(const __m512i src[8], int bs, __m512i ix)
     return ix;
 }
 
-/* Adds 16 to the codes (byte c of lane j: code 4q + c, or 16 + 4q + c when high) whose qh bit is set. */
+/*
+ * Adds 16 to the codes (byte c of lane j: code 4q + c, or 16 + 4q + c when
+ * high) whose qh bit is set: lane j holds block j's 32 bits of qh, so the
+ * bit is bit 32 (j % 2) + 16 high + 4q + c of quadword j / 2 (a bit
+ * shuffle picks it for every byte at once).
+ */
 VBMI static INLINE __m512i fifth_bits(__m512i codes, __m512i qh, int q, int high)
 {
-    const int byte = 2 * high + q / 2; /* qh byte holding bits 4q.. (or 16 + 4q..), in every byte of a lane */
-    const __m512i pick = _mm512_set_epi8(
-        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
-        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
-        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
-        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
-        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
-        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte,
-        12 + byte, 12 + byte, 12 + byte, 12 + byte, 8 + byte, 8 + byte, 8 + byte, 8 + byte,
-        4 + byte, 4 + byte, 4 + byte, 4 + byte, byte, byte, byte, byte);
-    const int sh = 4 * (q % 2); /* bit c of the picked byte, shifted */
-    const __m512i bit = _mm512_set1_epi32((int)(0x08040201u << sh));
-    const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, pick), bit);
-    return _mm512_mask_add_epi8(codes, set, codes, _mm512_set1_epi8(0x10));
+    const char o = (char)(16 * high + 4 * q);
+    const __m512i pick = _mm512_add_epi8(
+        _mm512_set_epi8(35, 34, 33, 32, 3, 2, 1, 0, 35, 34, 33, 32, 3, 2, 1, 0, 35, 34, 33, 32, 3, 2, 1, 0,
+                        35, 34, 33, 32, 3, 2, 1, 0, 35, 34, 33, 32, 3, 2, 1, 0, 35, 34, 33, 32, 3, 2, 1, 0,
+                        35, 34, 33, 32, 3, 2, 1, 0, 35, 34, 33, 32, 3, 2, 1, 0),
+        _mm512_set1_epi8(o));
+    return _mm512_mask_add_epi8(codes, _mm512_bitshuffle_epi64_mask(qh, pick), codes, _mm512_set1_epi8(0x10));
 }
 
 /* dwords of a, b (16 each, b's from 16) in the order of ix */
