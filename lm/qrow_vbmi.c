@@ -93,7 +93,8 @@ static inline __mmask64 first_bytes(int64_t n)
  * Q4_0 (18-byte blocks: f16 scale, 16 bytes of nibbles) or Q5_0 row
  * (22-byte blocks: f16 scale, 4 bytes of fifth bits, then the nibbles):
  * the exact sums of each block in lanes 4i..4i+3, and the blocks' f16
- * scales merged into words 4(j % 4)..+3 of *sc.
+ * scales merged into words 4(j % 4)..+3 of *sc, or, given first64, the
+ * window's first 64 bytes there for the caller to gather them.
  */
 VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act_row *a, int64_t j, int live,
                                        __m512i *sc, __m512i *first64)
@@ -138,7 +139,7 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
         }
     }
     __m512i x = _mm512_permutex2var_epi8(lo_bytes, q5 ? nib5 : nib4, hi_bytes);
-    if (first64) /* the caller gathers the scales (scales16_q4_0) */
+    if (first64) /* the caller gathers the scales (step_q4_0_transposed) */
         *first64 = lo_bytes;
     else if (q5)
         *sc = _mm512_mask_mov_epi8(*sc, words, _mm512_permutex2var_epi8(lo_bytes, scale5, hi_bytes));
