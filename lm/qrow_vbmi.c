@@ -175,7 +175,7 @@ VBMI static INLINE __m512i window_sums(uint32_t t, const uint8_t *row, const act
  * order once a row.  This core issues one 512-bit shuffle a cycle; a step
  * had 12, now 9.
  */
-VBMI static INLINE __m512 step_q4_0_transposed(const uint8_t *row, const act_row *a, int64_t b, __m512 acc)
+VBMI static INLINE __m512 step_q4_0_transposed(const uint8_t *row, const act_row *a, int64_t b, int nwin, __m512 acc)
 {
     /* word 4i + w: the scale of block i of window w, at byte 18i of its first 64 (w odd: table 2) */
     const __m512i pick = _mm512_set_epi8(
@@ -185,13 +185,18 @@ VBMI static INLINE __m512 step_q4_0_transposed(const uint8_t *row, const act_row
         83, 82, 19, 18, 83, 82, 19, 18, 65, 64, 1, 0, 65, 64, 1, 0);
     __m512i v[4], first[4];
 #pragma GCC unroll 4
-    for (int jj = 0; jj < 4; jj++)
-        v[jj] = window_sums(LM_Q4_0, row, a, b / 4 + jj, 4, NULL, &first[jj]);
+    for (int jj = 0; jj < 4; jj++) /* a row's last step: nwin whole windows, the rest not read */
+        v[jj] = jj < nwin ? window_sums(LM_Q4_0, row, a, b / 4 + jj, 4, NULL, &first[jj])
+                          : (first[jj] = _mm512_setzero_si512());
     __m512i s01 = _mm512_permutex2var_epi8(first[0], pick, first[1]); /* windows 0, 1: words 4i, 4i + 1 */
-    __m512i s23 = _mm512_permutex2var_epi8(first[2], pick, first[3]); /* windows 2, 3: words 4i + 2, 4i + 3 */
+    __m512i s23 = nwin > 2 ? _mm512_permutex2var_epi8(first[2], pick, first[3]) : s01; /* 2, 3: 4i + 2, 4i + 3 */
     __m512i sc = _mm512_mask_mov_epi8(s01, (__mmask64)0xf0f0f0f0u, s23);
     __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(sc)), _mm512_loadu_ps(a->dt + b));
-    return _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(fold_fours_transposed(v[0], v[1], v[2], v[3])), acc);
+    __m512 sums = _mm512_cvtepi32_ps(fold_fours_transposed(v[0], v[1], v[2], v[3]));
+    if (nwin == 4)
+        return _mm512_fmadd_ps(dd, sums, acc);
+    const __mmask16 live = (__mmask16)(0x1111u * ((1u << nwin) - 1)); /* lane 4i + w: window w's block i */
+    return _mm512_mask3_fmadd_ps(dd, sums, acc, live);
 }
 
 /* Blocks b..b+m-1 (m <= 16, b a multiple of 16) scaled into acc's lanes 0..m-1. */
@@ -218,10 +223,19 @@ VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, cons
     const size_t bs = t == LM_Q5_0 ? 22 : 18;
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
-    if (t == LM_Q4_0) { /* lanes transposed until the last whole step, each lane its block's own sum */
+    if (t == LM_Q4_0) { /* lanes transposed until the last whole window, each lane its block's own sum */
         for (; b + 16 <= nb; b += 16) {
             lm_prefetch_ahead(row + bs * b, bs * 16);
-            acc = step_q4_0_transposed(row, a, b, acc);
+            acc = step_q4_0_transposed(row, a, b, 4, acc);
+        }
+        if (b < nb && (nb - b) % 4 == 0) { /* rows of 896: 28 blocks, a step and three windows */
+            lm_prefetch_ahead(row + bs * b, (size_t)(bs * (nb - b)));
+            switch ((nb - b) / 4) {
+            case 1: acc = step_q4_0_transposed(row, a, b, 1, acc); break;
+            case 2: acc = step_q4_0_transposed(row, a, b, 2, acc); break;
+            default: acc = step_q4_0_transposed(row, a, b, 3, acc); break;
+            }
+            b = nb;
         }
         acc = _mm512_permutexvar_ps(fold_order(), acc);
     }
