@@ -14,8 +14,8 @@
  * then codes 16-31), so two vpdpbusd give 4 lanes per block, and folding
  * them (fold_fours) gives 16 blocks' exact sums in lanes 0-15.  Those
  * take lm_dot_b32_scalar's float steps (block b into lane b % 16, then the
- * lane tree), so the result is bitwise the scalar one.  Q4_0's whole
- * steps keep block 4w + i in lane 4i + w until the row's last whole step
+ * lane tree), so the result is bitwise the scalar one.  Q4_0's steps
+ * keep block 4w + i in lane 4i + w until the row's last whole window
  * (step_q4_0_transposed): each lane still sums one block's products in
  * order, and a permute a row instead of a step puts them back.  Q5_0 windows are
  * 88 bytes; one more byte permute puts each block's 32 bits of qh in two
