@@ -60,7 +60,7 @@ START_TEST(test_matmul_reads_only_its_rows)
     for (int ti = 0; ti < N_ALL_TYPES; ti++) {
         const uint32_t ty = ALL_TYPES[ti];
         const int kq = lm_type_block(ty) == 256;
-        const int nw = kq ? 3 : 8;
+        const int nw = kq ? (int)(sizeof k_blocks / sizeof *k_blocks) : (int)(sizeof b32_blocks / sizeof *b32_blocks);
         for (int wi = 0; wi < nw; wi++) {
             const int k = kq ? 256 * k_blocks[wi] : 32 * b32_blocks[wi];
             const size_t rb = lm_row_bytes(ty, k);
