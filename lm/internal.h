@@ -234,6 +234,12 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  */
 #define LM_PREFETCH_AHEAD 6144
 
+/* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
+static inline int lm_b32_block_bytes(uint32_t t)
+{
+    return t == LM_Q8_0 ? 34 : t == LM_Q5_0 ? 22 : 18;
+}
+
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
 {

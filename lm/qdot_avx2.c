@@ -265,11 +265,12 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
  * stored8_avx2's.
  */
 #define B32_NIBBLES(t) ((t) == LM_Q4_0 ? 2 : 6)
-#define B32_BYTES(t) ((t) == LM_Q4_0 ? 18 : 22)
 
 AVX2 static INLINE __m128i b32_nibbles(uint32_t t, const uint8_t *blk, int j, int m)
 {
-    return j < m ? _mm_loadu_si128((const __m128i *)(blk + B32_BYTES(t) * j + B32_NIBBLES(t))) : _mm_setzero_si128();
+    if (j >= m)
+        return _mm_setzero_si128();
+    return _mm_loadu_si128((const __m128i *)(blk + lm_b32_block_bytes(t) * j + B32_NIBBLES(t)));
 }
 
 /* Codes plus 16 where their bit of the qh bytes in sel (bit mask per byte: 1, 2, 4, 8 << shift) is set. */
@@ -283,7 +284,7 @@ AVX2 static INLINE __m256i plus_fifth(__m256i codes, __m256i sel, __m256i bit)
 AVX2 static INLINE __m256 b32_lanes8_avx2(uint32_t t, const uint8_t *blk, const act_row *a, int64_t b, int m,
                                           __m256 acc)
 {
-    const int bs = B32_BYTES(t), q5 = t == LM_Q5_0;
+    const int bs = lm_b32_block_bytes(t), q5 = t == LM_Q5_0;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i y[4], tt[4], x[4];
 #pragma GCC unroll 4

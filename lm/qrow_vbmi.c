@@ -220,7 +220,7 @@ VBMI static INLINE __m512 step(uint32_t t, const uint8_t *row, const act_row *a,
 VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, const act_row *a)
 {
     const int64_t nb = k / 32;
-    const size_t bs = t == LM_Q5_0 ? 22 : 18;
+    const size_t bs = (size_t)lm_b32_block_bytes(t);
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     if (t == LM_Q4_0) { /* lanes transposed until the last whole window, each lane its block's own sum */
@@ -310,11 +310,9 @@ typedef struct lane_ix {
     __m512i codes, scale, qh;
 } lane_ix;
 
-static inline int b32_block_bytes(uint32_t t) { return t == LM_Q8_0 ? 34 : t == LM_Q5_0 ? 22 : 18; }
-
 VBMI static INLINE lane_ix lane_indexes(uint32_t t)
 {
-    const int bs = b32_block_bytes(t);
+    const int bs = lm_b32_block_bytes(t);
     return (lane_ix){lane_index(bs, t == LM_Q5_0 ? 6 : 2, 4), lane_index(bs, 0, 2), lane_index(bs, 2, 4)};
 }
 
@@ -421,7 +419,7 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         q8_0_lanes(w, m, u, dw);
         return;
     }
-    const int bs = b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
+    const int bs = lm_b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
     const int n = bs * m;
     __m512i src[8];
 #pragma GCC unroll 4
@@ -482,7 +480,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
                                   const lane_ix *ix, float *out, size_t ostride)
 {
     const int64_t nb = k / 32;
-    const size_t bs = (size_t)b32_block_bytes(t);
+    const size_t bs = (size_t)lm_b32_block_bytes(t);
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < n; i++)
