@@ -16,23 +16,40 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 /*
- * How far ahead of each cache load the line is asked for.  A group of
- * queries puts hundreds of multiply-adds between two new lines of its
- * head's cache, so the out-of-order window holds few misses at a time and
- * the hardware prefetcher does not get far enough ahead: a cache coming
- * from memory took as long as reading it plus the arithmetic (9 queries
- * over 760 keys, Zen 5: 57K TSC ticks from memory against 25K in L2 and 24K
- * to only read it).  One block of keys ahead overlaps the two (35K); the
- * whole-block prefetch in attend_group still brings the next block from L2
- * into L1.  Prefetches never fault, so reading past the last key is fine.
+ * The next block of a head's cache is asked for while the group works on
+ * this one, a few lines at each step of the inner loops, spread over every
+ * query's pass: a group of queries puts hundreds of multiply-adds between
+ * two new lines, so the out-of-order window holds few misses at a time and
+ * the hardware prefetcher does not get far enough ahead.  Asked for in a
+ * burst (or with every load, which the group's first pass over a block
+ * issues all of), the requests fill the miss buffers and stall the
+ * arithmetic behind them.  Prefetches never fault, so asking past the last
+ * key is fine.
  */
-#define CACHE_AHEAD 16384
+typedef struct pf_cursor {
+    const char *at, *end;
+    int per; /* lines a step */
+} pf_cursor;
+
+static inline void pf_step(pf_cursor *c)
+{
+    for (int i = 0; i < c->per && c->at < c->end; i++, c->at += 64)
+        __builtin_prefetch(c->at, 0, 3);
+}
+
+/* A cursor over bytes [from, to) of base, spread over steps inner-loop steps. */
+static inline pf_cursor pf_span(const void *base, size_t from, size_t to, int steps)
+{
+    const size_t lines = (to - from + 63) / 64;
+    pf_cursor c = {(const char *)base + from, (const char *)base + to,
+                   (int)((lines + (size_t)steps - 1) / (size_t)steps)};
+    return c;
+}
 
 /* 16 cache values as f32: from an f32 row, or converted (exactly) from an f16 one. */
 AVX512 static inline __m512 kv16(const void *base, size_t off, int f16)
 {
     const char *at = (const char *)base + off * (f16 ? 2 : 4);
-    __builtin_prefetch(at + CACHE_AHEAD, 0, 3);
     if (f16)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)at));
     return _mm512_loadu_ps((const float *)at);
@@ -140,7 +157,7 @@ AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
  * through each one's latency.
  */
 INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t, int nq, int f16,
-                               __m512 acc[16])
+                               pf_cursor *pf, __m512 acc[16])
 {
     const int hd = 16 * nq;
 #pragma GCC unroll 16
@@ -152,6 +169,7 @@ INLINE_AVX512 void tile_scores(const lm_attq *qs, int na, int nt, const void *t,
 #pragma GCC unroll 4
         for (int u = 0; u < nt; u++)
             k[u] = kv16(t, 16 * (size_t)(u * hd + d), f16);
+        pf_step(pf);
 #pragma GCC unroll 4
         for (int i = 0; i < na; i++) {
             __m512 qd = _mm512_set1_ps(qs[i].q[d]);
@@ -205,11 +223,11 @@ INLINE_AVX512 void tiles_to_rows(const lm_attq *qs, int na, int p, int nt, const
 
 /* Scores and maxima of nt tiles from key p for na queries (both constants). */
 INLINE_AVX512 void tiles_step(const lm_attq *qs, int na, int nt, int p, const void *k0, int nq,
-                              int f16, float scale, int inner_lo, int inner_hi, float *scores,
+                              pf_cursor *pf, int f16, float scale, int inner_lo, int inner_hi, float *scores,
                               size_t sstride, __m512 mx[4])
 {
     __m512 acc[16];
-    tile_scores(qs, na, nt, (const char *)k0 + (size_t)p * 16 * nq * (f16 ? 2 : 4), nq, f16, acc);
+    tile_scores(qs, na, nt, (const char *)k0 + (size_t)p * 16 * nq * (f16 ? 2 : 4), nq, f16, pf, acc);
     tiles_to_rows(qs, na, p, nt, acc, scale, inner_lo, inner_hi, scores, sstride, mx);
 }
 
@@ -221,7 +239,7 @@ INLINE_AVX512 void tiles_step(const lm_attq *qs, int na, int nt, int p, const vo
  * then has to replace at the cost of a TLB shootdown.
  */
 INLINE_AVX512 void quad_scores(const lm_attq *qs, int na, const void *k0, int b0, int b1, int nq,
-                               float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
+                               pf_cursor *pf, float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
 {
     int lo, hi, inner_lo, inner_hi;
     lm_attq_span(qs, na, &lo, &hi);
@@ -234,13 +252,13 @@ INLINE_AVX512 void quad_scores(const lm_attq *qs, int na, const void *k0, int b0
     for (int p = (lo > b0 ? lo : b0) & ~31; p < end;) {
         const int left = (end - p + 15) / 16;
         if (left >= 4) {
-            tiles_step(qs, na, 4, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            tiles_step(qs, na, 4, p, k0, nq, pf, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
             p += 64;
         } else if (left >= 2) {
-            tiles_step(qs, na, 2, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            tiles_step(qs, na, 2, p, k0, nq, pf, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
             p += 32;
         } else {
-            tiles_step(qs, na, 1, p, k0, nq, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
+            tiles_step(qs, na, 1, p, k0, nq, pf, f16, scale, inner_lo, inner_hi, scores, sstride, mx);
             p += 16;
         }
     }
@@ -251,19 +269,19 @@ INLINE_AVX512 void quad_scores(const lm_attq *qs, int na, const void *k0, int b0
 
 /* Scores of keys [b0, b1) for each query that sees them, four queries at a time. */
 INLINE_AVX512 void group_scores(const lm_attq *qs, int n, const void *k0, int b0, int b1, int nq,
-                                float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
+                                pf_cursor *pf, float scale, int f16, float *scores, size_t sstride, __m512 *vmx)
 {
     for (int a = 0; a < n; a += 4) {
         const lm_attq *qa = qs + a;
         float *sa = scores + (size_t)a * sstride;
         if (n - a >= 4)
-            quad_scores(qa, 4, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+            quad_scores(qa, 4, k0, b0, b1, nq, pf, scale, f16, sa, sstride, vmx + a);
         else if (n - a == 3)
-            quad_scores(qa, 3, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+            quad_scores(qa, 3, k0, b0, b1, nq, pf, scale, f16, sa, sstride, vmx + a);
         else if (n - a == 2)
-            quad_scores(qa, 2, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+            quad_scores(qa, 2, k0, b0, b1, nq, pf, scale, f16, sa, sstride, vmx + a);
         else
-            quad_scores(qa, 1, k0, b0, b1, nq, scale, f16, sa, sstride, vmx + a);
+            quad_scores(qa, 1, k0, b0, b1, nq, pf, scale, f16, sa, sstride, vmx + a);
     }
 }
 
@@ -303,9 +321,10 @@ AVX512 static float softmax_weights(float *sc, int lo, int pos, float cap, __m51
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, int nv, int f16,
-                              int g, const float *const w[4], __m512 s[4][16])
+                              int g, const float *const w[4], pf_cursor *pf, __m512 s[4][16])
 {
     for (; j <= end; j++) {
+        pf_step(pf);
         __m512 v[16];
 #pragma GCC unroll 16
         for (int u = 0; u < nv; u++) {
@@ -338,7 +357,7 @@ static inline int block_range(const lm_attq *qa, int b0, int b1, int *end)
  */
 INLINE_AVX512 void values_group(const lm_attq *qs, int g, const void *v0, size_t vstride, int b0,
                                 int b1, int nv, int f16, const float *w, size_t sstride,
-                                float *acc)
+                                pf_cursor *pf, float *acc)
 {
     int j[4], e[4], from = b0, to = b1 - 1;
     const float *wi[4];
@@ -354,13 +373,13 @@ INLINE_AVX512 void values_group(const lm_attq *qs, int g, const void *v0, size_t
     }
     if (from > to) { /* no common run: one query at a time */
         for (int i = 0; i < g; i++)
-            values_run(v0, vstride, j[i], e[i], nv, f16, 1, wi + i, s + i);
+            values_run(v0, vstride, j[i], e[i], nv, f16, 1, wi + i, pf, s + i);
     } else {
         for (int i = 0; i < g; i++)
-            values_run(v0, vstride, j[i], from - 1, nv, f16, 1, wi + i, s + i);
-        values_run(v0, vstride, from, to, nv, f16, g, wi, s);
+            values_run(v0, vstride, j[i], from - 1, nv, f16, 1, wi + i, pf, s + i);
+        values_run(v0, vstride, from, to, nv, f16, g, wi, pf, s);
         for (int i = 0; i < g; i++)
-            values_run(v0, vstride, to + 1, e[i], nv, f16, 1, wi + i, s + i);
+            values_run(v0, vstride, to + 1, e[i], nv, f16, 1, wi + i, pf, s + i);
     }
     for (int i = 0; i < g; i++)
 #pragma GCC unroll 16
@@ -369,37 +388,35 @@ INLINE_AVX512 void values_group(const lm_attq *qs, int g, const void *v0, size_t
 }
 #pragma GCC diagnostic pop
 
+/* Queries whose value sums fit in registers together: 4 for head size 64, 2 for 128. */
+static inline int values_at_once(int nv)
+{
+    return nv <= 4 ? 4 : nv <= 8 ? 2 : 1;
+}
+
 /*
  * Weighted values of keys [b0, b1) into each query's sums (acc): as many
- * queries at a time as their sums fit in registers (4 for head size 64, 2
- * for 128), sharing each value load.
+ * queries at a time as values_at_once, sharing each value load.
  */
 INLINE_AVX512 void group_values(const lm_attq *qs, int n, const void *v0, size_t vstride, int b0,
                                 int b1, int nv, int f16, const float *w, size_t sstride,
-                                float *acc)
+                                pf_cursor *pf, float *acc)
 {
-    const int most = nv <= 4 ? 4 : nv <= 8 ? 2 : 1;
+    const int most = values_at_once(nv);
     for (int a = 0; a < n;) {
         const int g = n - a < most ? n - a : most;
         const float *wa = w + (size_t)a * sstride;
         float *acc_a = acc + (size_t)a * LM_ATT_ACC;
         if (g == 4)
-            values_group(qs + a, 4, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+            values_group(qs + a, 4, v0, vstride, b0, b1, nv, f16, wa, sstride, pf, acc_a);
         else if (g == 3)
-            values_group(qs + a, 3, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+            values_group(qs + a, 3, v0, vstride, b0, b1, nv, f16, wa, sstride, pf, acc_a);
         else if (g == 2)
-            values_group(qs + a, 2, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+            values_group(qs + a, 2, v0, vstride, b0, b1, nv, f16, wa, sstride, pf, acc_a);
         else
-            values_group(qs + a, 1, v0, vstride, b0, b1, nv, f16, wa, sstride, acc_a);
+            values_group(qs + a, 1, v0, vstride, b0, b1, nv, f16, wa, sstride, pf, acc_a);
         a += g;
     }
-}
-
-/* Asks for bytes [from, to) past base to be brought into cache: the next block, while the group works on this one. */
-static inline void prefetch_span(const void *base, size_t from, size_t to)
-{
-    for (size_t off = from; off < to; off += 64)
-        __builtin_prefetch((const char *)base + off, 0, 3);
 }
 
 INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const void *v0, int nq,
@@ -413,11 +430,17 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
     lm_attq_span(qs, n, &lo, &hi);
     const size_t es = f16 ? 2 : 4, kbytes = 16 * (size_t)nq * es, vbytes = 16 * (size_t)nv * es;
     const int first = lo & ~31, end = (hi + 16) & ~15; /* from a pair of tiles to a tile */
+    /* inner-loop steps a block: a component of four tiles for each four
+       queries; a key for each group of values_at_once queries */
+    const int score_steps = (n + 3) / 4 * ((kb + 63) / 64) * 16 * nq;
+    const int value_steps = (n + values_at_once(nv) - 1) / values_at_once(nv) * kb;
     for (int b = first; b < end; b += kb) {
-        int next = b + kb, stop = b + 2 * kb < end ? b + 2 * kb : end;
-        if (next < stop)
-            prefetch_span(k0, (size_t)next * kbytes, (size_t)stop * kbytes);
-        group_scores(qs, n, k0, b, b + kb < end ? b + kb : end, nq, scale, f16, scores, sstride, vmx);
+        const int next = b + kb < end ? b + kb : end, after = next + kb < end ? next + kb : end;
+        /* the next K block; from the last, the first V block */
+        const int v_end = first + kb < hi + 1 ? first + kb : hi + 1;
+        pf_cursor pf = next < end ? pf_span(k0, (size_t)next * kbytes, (size_t)after * kbytes, score_steps)
+                                  : pf_span(v0, (size_t)first * vbytes, (size_t)v_end * vbytes, score_steps);
+        group_scores(qs, n, k0, b, next, nq, &pf, scale, f16, scores, sstride, vmx);
     }
     float inv[LM_ATT_QMAX];
     for (int a = 0; a < n; a++)
@@ -425,10 +448,10 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
     memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
     const size_t vstride = 16 * (size_t)nv;
     for (int b = first; b <= hi; b += kb) {
-        int next = b + kb, stop = b + 2 * kb < hi + 1 ? b + 2 * kb : hi + 1;
-        if (next < stop)
-            prefetch_span(v0, (size_t)next * vbytes, (size_t)stop * vbytes);
-        group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, acc);
+        const int next = b + kb, after = next + kb < hi + 1 ? next + kb : hi + 1;
+        pf_cursor pf = pf_span(v0, (size_t)next * vbytes, (size_t)(next < after ? after : next) * vbytes,
+                               value_steps);
+        group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, &pf, acc);
     }
     for (int a = 0; a < n; a++) { /* the sums of exp(s - mx) v, over the sum of exp(s - mx) */
         const float *sa = acc + (size_t)a * LM_ATT_ACC;
