@@ -254,6 +254,7 @@ static int tests_with_threads(const bench_run *b, int threads, read_probe *probe
     kv_context c;
     if (kv_init(&c, b->m, b->longest + 1, o->kv_type, threads, e))
         return -1;
+    lm_weights_settle(b->m); /* time the weights where generation reads them: in the copy, once made */
     if (probe)
         probe->threads = threads;
     int rc = 0;

@@ -667,6 +667,7 @@ int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int 
     }
     if (ensure_scores(c, kv->n_ctx, e))
         return -1;
+    lm_weights_adopt(c->m);
     const size_t nv = (size_t)c->m->hp.n_vocab;
     for (int done = 0; done < n; done += c->ubatch) {
         int nb = n - done < c->ubatch ? n - done : c->ubatch;

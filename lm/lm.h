@@ -140,12 +140,21 @@ typedef struct lm_model {
     const lm_tensor *tok_embd, *output_norm, *output, *rope_freqs, *rope_long, *rope_short;
     lm_layer *layers;
     float *gelu_table;       /* ggml's f16 GELU table, for archs that use GELU */
+    struct lm_copy *copy;    /* the weights' copy into huge pages, or NULL (weights_copy.c) */
 } lm_model;
 
 int lm_model_open(lm_model *m, const char *path, lm_err *e);
 /* The same on m->gguf already parsed (from memory, for instance); closes it on failure. */
 int lm_model_init(lm_model *m, lm_err *e);
 void lm_model_close(lm_model *m);
+/*
+ * lm_model_open's weights move into 2 MiB pages in the background once
+ * decoding starts (weights_copy.c; KVCHAT_MMAP keeps them mapped).  Settle
+ * waits until every tensor reads from the copy (benchmarks, before timing);
+ * copied says whether they do.
+ */
+void lm_weights_settle(const lm_model *m);
+int lm_weights_copied(const lm_model *m);
 const char *lm_arch_name(const lm_model *m);
 /* The architecture's features, comma separated (for kvchat info). */
 void lm_arch_features(const lm_model *m, char *buf, size_t size);

@@ -389,9 +389,10 @@ static int bind_tensors(lm_model *m, lm_err *e)
 int lm_model_open(lm_model *m, const char *path, lm_err *e)
 {
     memset(m, 0, sizeof *m);
-    if (gguf_open(&m->gguf, path, e))
+    if (gguf_open(&m->gguf, path, e) || lm_model_init(m, e))
         return -1;
-    return lm_model_init(m, e);
+    m->copy = lm_weights_plan(&m->gguf);
+    return 0;
 }
 
 int lm_model_init(lm_model *m, lm_err *e)
@@ -427,6 +428,7 @@ fail:
 
 void lm_model_close(lm_model *m)
 {
+    lm_weights_free(m->copy); /* stops the copy before the mapping it reads goes */
     free(m->gelu_table);
     free(m->tensors);
     free(m->layers);

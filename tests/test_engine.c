@@ -354,6 +354,60 @@ START_TEST(test_fast_paths_end_to_end)
 }
 END_TEST
 
+/* Whether this machine's kernel gives huge pages to memory that asks, as weights_copy.c reads it. */
+static int huge_pages_on(void)
+{
+    char *s = slurp("/sys/kernel/mm/transparent_hugepage/enabled", NULL);
+    int on = s && !strstr(s, "[never]");
+    free(s);
+    return on;
+}
+
+/*
+ * The weights' copy into huge pages (weights_copy.c): once settled every
+ * tensor reads from the copy, byte for byte the file's, and logits equal
+ * those read from the mapping bit for bit; so do those of a fresh model
+ * evaluated a token at a time, which starts its copy at the first decode
+ * and adopts what is done before each.
+ */
+START_TEST(test_weights_copy)
+{
+    static const int ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 100, 184};
+    char *mp = shared_path("reference/gemma2-t512-Q6_K/model.gguf");
+    char *tp = shared_path("reference/gemma2-t512-Q6_K/C.tokens.txt");
+    int n;
+    int32_t *ids = read_ids(tp, &n);
+    ck_assert_msg(ids && n == 300, "%s", tp);
+    lm_model mapped, copied, settled;
+    setenv("KVCHAT_MMAP", "1", 1);
+    open_model(&mapped, mp);
+    unsetenv("KVCHAT_MMAP");
+    open_model(&copied, mp);
+    open_model(&settled, mp);
+    lm_weights_settle(&settled);
+    lm_weights_settle(&mapped);
+    ck_assert(!lm_weights_copied(&mapped));
+    ck_assert_int_eq(lm_weights_copied(&settled), huge_pages_on());
+    for (uint64_t i = 0; i < settled.gguf.n_tensors; i++) {
+        const gguf_tensor *t = &settled.gguf.tensors[i];
+        ck_assert(mapped.tensors[i].data == mapped.gguf.tensors[i].data);
+        if (!lm_weights_copied(&settled))
+            continue;
+        ck_assert_msg(settled.tensors[i].data != t->data, "%s still mapped", t->name);
+        ck_assert_msg(!memcmp(settled.tensors[i].data, t->data, (size_t)t->nbytes), "%s differs", t->name);
+    }
+    const int whole[] = {300};
+    float *a = eval_split(&mapped, ids, n, whole, 1, 2);
+    float *b = eval_split(&copied, ids, n, ones, sizeof ones / sizeof ones[0], 2);
+    float *c = eval_split(&settled, ids, n, whole, 1, 2);
+    size_t bytes = (size_t)n * (size_t)mapped.hp.n_vocab * sizeof(float);
+    ck_assert_msg(!memcmp(a, b, bytes), "logits change while the copy is made");
+    ck_assert_msg(!memcmp(a, c, bytes), "logits change with the weights in the copy");
+    free(a), free(b), free(c), free(ids), free(tp), free(mp);
+    lm_model_close(&mapped), lm_model_close(&copied), lm_model_close(&settled);
+}
+END_TEST
+
 TCase *tcase_engine(void)
 {
     TCase *tc = tcase_create("engine");
@@ -365,5 +419,6 @@ TCase *tcase_engine(void)
     tcase_add_test(tc, test_cli_logits_identical);
     tcase_add_test(tc, test_sliding_window);
     tcase_add_test(tc, test_fast_paths_end_to_end);
+    tcase_add_test(tc, test_weights_copy);
     return tc;
 }
