@@ -21,7 +21,6 @@
 #include "internal.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +43,13 @@ struct lm_copy {
     uint8_t *region;      /* the mmap holding the copy (dst rounded up to a huge page) */
     uint8_t *dst;
     size_t size, region_size;
-    atomic_size_t done;   /* bytes of the data section copied */
-    atomic_size_t adopted; /* done, as the last adoption saw it */
-    atomic_int stop;
-    int started, all_adopted; /* every tensor points into the copy */
+    int started, all_adopted; /* the decoding thread's: every tensor points into the copy */
     pthread_t thread;
+    pthread_mutex_t lock; /* over done, adopted and stop */
+    pthread_cond_t moved; /* done or adopted moved, or stop was set */
+    size_t done;          /* bytes of the data section copied */
+    size_t adopted;       /* done, as the last adoption saw it */
+    int stop;
 };
 
 /* Whether the kernel hands out transparent huge pages to memory that asks (not "[never]"). */
@@ -87,20 +88,31 @@ static void drop_mapped(const uint8_t *p, size_t n)
         madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
+/* Sets *field under the lock and wakes whoever waits on it. */
+static void set_moved(struct lm_copy *cp, size_t *field, size_t v)
+{
+    pthread_mutex_lock(&cp->lock);
+    *field = v;
+    pthread_cond_broadcast(&cp->moved);
+    pthread_mutex_unlock(&cp->lock);
+}
+
 static void *copy_main(void *arg)
 {
     struct lm_copy *cp = arg;
-    size_t at = 0;
-    while (at < cp->size && !atomic_load_explicit(&cp->stop, memory_order_relaxed)) {
-        size_t n = cp->size - at < COPY_CHUNK ? cp->size - at : COPY_CHUNK;
-        if (at + n > atomic_load_explicit(&cp->adopted, memory_order_relaxed) + COPY_AHEAD) {
-            usleep(200); /* until the decoding thread adopts what is done */
-            continue;
-        }
+    for (size_t at = 0; at < cp->size;) {
+        const size_t n = cp->size - at < COPY_CHUNK ? cp->size - at : COPY_CHUNK;
+        pthread_mutex_lock(&cp->lock);
+        while (!cp->stop && at + n > cp->adopted + COPY_AHEAD) /* until the decoding thread adopts */
+            pthread_cond_wait(&cp->moved, &cp->lock);
+        const int stop = cp->stop;
+        pthread_mutex_unlock(&cp->lock);
+        if (stop)
+            break;
         memcpy(cp->dst + at, cp->src + at, n);
         drop_mapped(cp->src + at, n);
         at += n;
-        atomic_store_explicit(&cp->done, at, memory_order_release);
+        set_moved(cp, &cp->done, at);
     }
     return NULL;
 }
@@ -126,6 +138,8 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
     madvise(cp->dst, size, MADV_HUGEPAGE); /* a hint: without it the copy still works, in small pages */
     cp->src = g->map + g->data_off;
     cp->size = size;
+    pthread_mutex_init(&cp->lock, NULL);
+    pthread_cond_init(&cp->moved, NULL);
     return cp;
 #else
     (void)g;
@@ -142,7 +156,9 @@ void lm_weights_adopt(const lm_model *m)
         cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
     if (cp->started < 0)
         return;
-    const size_t done = atomic_load_explicit(&cp->done, memory_order_acquire);
+    pthread_mutex_lock(&cp->lock);
+    const size_t done = cp->done;
+    pthread_mutex_unlock(&cp->lock);
     int all = 1;
     for (uint64_t i = 0; i < m->gguf.n_tensors; i++) {
         const gguf_tensor *t = &m->gguf.tensors[i];
@@ -155,7 +171,7 @@ void lm_weights_adopt(const lm_model *m)
             drop_mapped(cp->src + t->offset, (size_t)t->nbytes);
         }
     }
-    atomic_store_explicit(&cp->adopted, done, memory_order_relaxed);
+    set_moved(cp, &cp->adopted, done);
     cp->all_adopted = all;
 }
 
@@ -165,11 +181,13 @@ void lm_weights_settle(const lm_model *m)
     if (!cp)
         return;
     lm_weights_adopt(m); /* starts the copy if no decode has */
-    if (cp->started > 0)
-        while (!cp->all_adopted) {
-            usleep(1000);
-            lm_weights_adopt(m);
-        }
+    while (cp->started > 0 && !cp->all_adopted) {
+        pthread_mutex_lock(&cp->lock);
+        while (cp->done == cp->adopted) /* the copier waits for the adoption below, or copies */
+            pthread_cond_wait(&cp->moved, &cp->lock);
+        pthread_mutex_unlock(&cp->lock);
+        lm_weights_adopt(m);
+    }
 }
 
 int lm_weights_copied(const lm_model *m)
@@ -182,9 +200,14 @@ void lm_weights_free(struct lm_copy *cp)
     if (!cp)
         return;
     if (cp->started > 0) {
-        atomic_store(&cp->stop, 1);
+        pthread_mutex_lock(&cp->lock);
+        cp->stop = 1;
+        pthread_cond_broadcast(&cp->moved);
+        pthread_mutex_unlock(&cp->lock);
         pthread_join(cp->thread, NULL);
     }
+    pthread_cond_destroy(&cp->moved);
+    pthread_mutex_destroy(&cp->lock);
     munmap(cp->region, cp->region_size);
     free(cp);
 }
