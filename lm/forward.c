@@ -658,8 +658,8 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
     return 0;
 }
 
-int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
-              float *logits, volatile int *stop, lm_err *e)
+static int decode_all(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
+                      float *logits, volatile int *stop, lm_err *e)
 {
     if (n <= 0 || pos0 < 0 || pos0 + n > kv->n_ctx) {
         lm_seterr(e, "positions %d..%d do not fit a context of %d", pos0, pos0 + n - 1, kv->n_ctx);
@@ -667,7 +667,6 @@ int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int 
     }
     if (ensure_scores(c, kv->n_ctx, e))
         return -1;
-    lm_weights_adopt(c->m);
     const size_t nv = (size_t)c->m->hp.n_vocab;
     for (int done = 0; done < n; done += c->ubatch) {
         int nb = n - done < c->ubatch ? n - done : c->ubatch;
@@ -685,4 +684,13 @@ int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int 
             return -1;
     }
     return 0;
+}
+
+int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
+              float *logits, volatile int *stop, lm_err *e)
+{
+    lm_weights_enter(c->m); /* the tensors copied so far are read from the copy */
+    int rc = decode_all(c, kv, tokens, n, pos0, logits_mode, logits, stop, e);
+    lm_weights_leave(c->m);
+    return rc;
 }

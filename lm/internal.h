@@ -255,9 +255,14 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
         __builtin_prefetch(p + LM_PREFETCH_AHEAD + off, 0, 3);
 }
 
-/* weights_copy.c: the plan of a copy (NULL: stay mapped), adopting what is done, freeing it. */
+/*
+ * weights_copy.c: the plan of a copy (NULL: stay mapped); a decode's start
+ * (adopts what is done, holds the copy back while the tensors are read) and
+ * end; freeing it.
+ */
 struct lm_copy *lm_weights_plan(const gguf_file *g);
-void lm_weights_adopt(const lm_model *m);
+void lm_weights_enter(const lm_model *m);
+void lm_weights_leave(const lm_model *m);
 void lm_weights_free(struct lm_copy *cp);
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */

@@ -8,36 +8,31 @@
  * memory (Zen 5, Q4_0, two threads: 31-34 GB/s against 28-32), so once a
  * model is open a thread copies its tensor data into anonymous memory
  * asked for in huge pages, and drops each mapped page it has copied, so
- * the process holds one copy, not two.  Decoding adopts what is done
- * (lm_weights_adopt, at the start of each lm_decode, on the decoding
- * thread, when no other thread reads the tensors): a tensor's data pointer
- * moves to the copy once all of its bytes are there.  The bytes are the
- * file's, so no result changes.  Nothing is copied when the kernel gives no
- * huge pages, when the copy would take more than half the memory available
- * (models larger than RAM stay mapped and read from the file), or when
- * KVCHAT_MMAP is set; the first prompt starts on the mapping, while the
- * copy runs.
+ * the process holds one copy, not two.  The thread runs at idle priority
+ * (SCHED_IDLE): it takes only time no one else wants, such as while the
+ * user types, and pauses while a decode runs (copying beside one, at normal
+ * priority, cost tinyllama's first 64 tokens a fifth of their speed).
+ * Decoding adopts what is done (lm_weights_enter, at the start of each
+ * lm_decode, on the decoding thread, when no other thread reads the
+ * tensors): a tensor's data pointer moves to the copy once all of its
+ * bytes are there.  The bytes are the file's, so no result changes.
+ * Nothing is copied when the kernel gives no huge pages, when the copy
+ * would take more than half the memory available (models larger than RAM
+ * stay mapped and read from the file), or when KVCHAT_MMAP is set.
  */
 #include "internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define COPY_CHUNK HUGE_PAGE /* bytes between two looks at stop, and published at once */
-/*
- * Bytes the copy may run ahead of the last adoption.  A decode still reads
- * tensors copied since from the mapping, faulting in again the pages the
- * copy dropped: the process holds both copies of those until the next
- * adoption drops them.  Tinyllama Q8_0 generating: 112 MiB over the file's
- * size at the peak with no limit.
- */
-#define COPY_AHEAD ((size_t)32 << 20)
-
 struct lm_copy {
     const uint8_t *src;   /* the mapped data section */
     uint8_t *region;      /* the mmap holding the copy (dst rounded up to a huge page) */
@@ -45,10 +40,10 @@ struct lm_copy {
     size_t size, region_size;
     int started, all_adopted; /* the decoding thread's: every tensor points into the copy */
     pthread_t thread;
-    pthread_mutex_t lock; /* over done, adopted and stop */
-    pthread_cond_t moved; /* done or adopted moved, or stop was set */
+    pthread_mutex_t lock; /* over done, decoding and stop */
+    pthread_cond_t moved; /* one of them changed */
     size_t done;          /* bytes of the data section copied */
-    size_t adopted;       /* done, as the last adoption saw it */
+    int decoding;         /* a decode is reading the tensors */
     int stop;
 };
 
@@ -88,11 +83,14 @@ static void drop_mapped(const uint8_t *p, size_t n)
         madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
-/* Sets *field under the lock and wakes whoever waits on it. */
-static void set_moved(struct lm_copy *cp, size_t *field, size_t v)
+/* Sets the copy's progress (done), or whether a decode runs (decoding), and wakes the waiters. */
+static void set_moved(struct lm_copy *cp, size_t done, int decoding)
 {
     pthread_mutex_lock(&cp->lock);
-    *field = v;
+    if (done)
+        cp->done = done;
+    if (decoding >= 0)
+        cp->decoding = decoding;
     pthread_cond_broadcast(&cp->moved);
     pthread_mutex_unlock(&cp->lock);
 }
@@ -100,10 +98,16 @@ static void set_moved(struct lm_copy *cp, size_t *field, size_t v)
 static void *copy_main(void *arg)
 {
     struct lm_copy *cp = arg;
+    struct sched_param idle = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle))
+        setpriority(PRIO_PROCESS, (id_t)gettid(), 19); /* the next best thing */
     for (size_t at = 0; at < cp->size;) {
         const size_t n = cp->size - at < COPY_CHUNK ? cp->size - at : COPY_CHUNK;
         pthread_mutex_lock(&cp->lock);
-        while (!cp->stop && at + n > cp->adopted + COPY_AHEAD) /* until the decoding thread adopts */
+        /* not beside a decode: it would read the tensors copied since from
+           the mapping, faulting back the pages dropped here (both copies
+           held), and each drop interrupts its threads to flush their TLBs */
+        while (!cp->stop && cp->decoding)
             pthread_cond_wait(&cp->moved, &cp->lock);
         const int stop = cp->stop;
         pthread_mutex_unlock(&cp->lock);
@@ -112,10 +116,12 @@ static void *copy_main(void *arg)
         memcpy(cp->dst + at, cp->src + at, n);
         drop_mapped(cp->src + at, n);
         at += n;
-        set_moved(cp, &cp->done, at);
+        set_moved(cp, at, -1);
     }
     return NULL;
 }
+
+static int started(struct lm_copy *cp);
 
 struct lm_copy *lm_weights_plan(const gguf_file *g)
 {
@@ -140,6 +146,7 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
     cp->size = size;
     pthread_mutex_init(&cp->lock, NULL);
     pthread_cond_init(&cp->moved, NULL);
+    started(cp); /* now: an interactive chat copies while the user types */
     return cp;
 #else
     (void)g;
@@ -147,15 +154,9 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
 #endif
 }
 
-void lm_weights_adopt(const lm_model *m)
+/* Points every tensor whose bytes are all copied at the copy; returns how far the copy was. */
+static size_t adopt(const lm_model *m, struct lm_copy *cp)
 {
-    struct lm_copy *cp = m->copy;
-    if (!cp || cp->all_adopted)
-        return;
-    if (!cp->started) /* on the first decode: opening a model to read its metadata copies nothing */
-        cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
-    if (cp->started < 0)
-        return;
     pthread_mutex_lock(&cp->lock);
     const size_t done = cp->done;
     pthread_mutex_unlock(&cp->lock);
@@ -171,22 +172,47 @@ void lm_weights_adopt(const lm_model *m)
             drop_mapped(cp->src + t->offset, (size_t)t->nbytes);
         }
     }
-    set_moved(cp, &cp->adopted, done);
     cp->all_adopted = all;
+    return done;
+}
+
+/* Starts the copy once (cp->started: 1, or -1 when the thread could not start): whether it runs. */
+static int started(struct lm_copy *cp)
+{
+    if (!cp->started)
+        cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
+    return cp->started > 0;
+}
+
+void lm_weights_enter(const lm_model *m)
+{
+    struct lm_copy *cp = m->copy;
+    if (!cp || cp->all_adopted || !started(cp))
+        return;
+    pthread_mutex_lock(&cp->lock);
+    cp->decoding = 1; /* the copy pauses after its chunk */
+    pthread_mutex_unlock(&cp->lock);
+    adopt(m, cp);
+}
+
+void lm_weights_leave(const lm_model *m)
+{
+    struct lm_copy *cp = m->copy;
+    if (!cp || cp->started <= 0 || cp->all_adopted)
+        return;
+    set_moved(cp, 0, 0);
 }
 
 void lm_weights_settle(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;
-    if (!cp)
+    if (!cp || !started(cp))
         return;
-    lm_weights_adopt(m); /* starts the copy if no decode has */
-    while (cp->started > 0 && !cp->all_adopted) {
+    for (size_t seen = adopt(m, cp); !cp->all_adopted; seen = adopt(m, cp)) {
         pthread_mutex_lock(&cp->lock);
-        while (cp->done == cp->adopted) /* the copier waits for the adoption below, or copies */
+        while (cp->done == seen && !cp->stop)
             pthread_cond_wait(&cp->moved, &cp->lock);
         pthread_mutex_unlock(&cp->lock);
-        lm_weights_adopt(m);
     }
 }
 
