@@ -33,6 +33,7 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define COPY_CHUNK HUGE_PAGE /* bytes between two looks at stop, and published at once */
+
 struct lm_copy {
     const uint8_t *src;   /* the mapped data section */
     uint8_t *region;      /* the mmap holding the copy (dst rounded up to a huge page) */
@@ -121,7 +122,13 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-static int started(struct lm_copy *cp);
+/* Starts the copy once (cp->started: 1, or -1 when the thread could not start): whether it runs. */
+static int started(struct lm_copy *cp)
+{
+    if (!cp->started)
+        cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
+    return cp->started > 0;
+}
 
 struct lm_copy *lm_weights_plan(const gguf_file *g)
 {
@@ -174,14 +181,6 @@ static size_t adopt(const lm_model *m, struct lm_copy *cp)
     }
     cp->all_adopted = all;
     return done;
-}
-
-/* Starts the copy once (cp->started: 1, or -1 when the thread could not start): whether it runs. */
-static int started(struct lm_copy *cp)
-{
-    if (!cp->started)
-        cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
-    return cp->started > 0;
 }
 
 void lm_weights_enter(const lm_model *m)
