@@ -207,7 +207,7 @@ void lm_weights_settle(const lm_model *m)
     struct lm_copy *cp = m->copy;
     if (!cp || !started(cp))
         return;
-    for (size_t seen = adopt(m, cp); !cp->all_adopted; seen = adopt(m, cp)) {
+    for (size_t seen = adopt(m, cp); !cp->all_adopted && seen < cp->size; seen = adopt(m, cp)) {
         pthread_mutex_lock(&cp->lock);
         while (cp->done == seen && !cp->stop)
             pthread_cond_wait(&cp->moved, &cp->lock);
