@@ -12,6 +12,31 @@
 #include <math.h>
 #include <string.h>
 
+/* One instruction set's steps of lm_quantize_act: a Q8_K super-block, a Q8_0 block, the code sums. */
+typedef struct act_steps {
+    void (*quant_k)(const float *x, act_row *r, int64_t b);
+    void (*quant_b32)(const float *x, act_row *r, int64_t b);
+    void (*code_sums)(act_row *r, int64_t k, int off);
+} act_steps;
+
+/* lm_quantize_act for weights of type wtype through the steps st; 0 for types it does not take. */
+static inline int quantize_with(const act_steps *st, uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+    int atype = lm_act_type(wtype);
+    if (atype != LM_Q8_0 && atype != LM_Q8_K)
+        return 0;
+    act_row r;
+    lm_act_layout(atype, k, &r, dst);
+    if (atype == LM_Q8_K)
+        for (int64_t b = 0; b < k / 256; b++)
+            st->quant_k(x + b * 256, &r, b);
+    else
+        for (int64_t b = 0; b < k / 32; b++)
+            st->quant_b32(x + b * 32, &r, b);
+    st->code_sums(&r, k, lm_code_offset(wtype));
+    return 1;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 
 /* max(|x|, m) lane by lane, where a NaN x leaves m (as fabsf(x) > m does). */
@@ -213,21 +238,10 @@ AVX2 static void code_sums_avx2(act_row *r, int64_t k, int off)
     }
 }
 
-AVX2 int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k)
+int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k)
 {
-    int atype = lm_act_type(wtype);
-    if (atype != LM_Q8_0 && atype != LM_Q8_K)
-        return 0;
-    act_row r;
-    lm_act_layout(atype, k, &r, dst);
-    if (atype == LM_Q8_K)
-        for (int64_t b = 0; b < k / 256; b++)
-            quant_k_avx2(x + b * 256, &r, b);
-    else
-        for (int64_t b = 0; b < k / 32; b++)
-            quant_b32_avx2(x + b * 32, &r, b);
-    code_sums_avx2(&r, k, lm_code_offset(wtype));
-    return 1;
+    static const act_steps avx2 = {quant_k_avx2, quant_b32_avx2, code_sums_avx2};
+    return quantize_with(&avx2, wtype, x, dst, k);
 }
 
 int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k)
@@ -323,19 +337,8 @@ static void code_sums_neon(act_row *r, int64_t k, int off)
 
 int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k)
 {
-    int atype = lm_act_type(wtype);
-    if (atype != LM_Q8_0 && atype != LM_Q8_K)
-        return 0;
-    act_row r;
-    lm_act_layout(atype, k, &r, dst);
-    if (atype == LM_Q8_K)
-        for (int64_t b = 0; b < k / 256; b++)
-            quant_k_neon(x + b * 256, &r, b);
-    else
-        for (int64_t b = 0; b < k / 32; b++)
-            quant_b32_neon(x + b * 32, &r, b);
-    code_sums_neon(&r, k, lm_code_offset(wtype));
-    return 1;
+    static const act_steps neon = {quant_k_neon, quant_b32_neon, code_sums_neon};
+    return quantize_with(&neon, wtype, x, dst, k);
 }
 
 #else
