@@ -254,7 +254,6 @@ static int tests_with_threads(const bench_run *b, int threads, read_probe *probe
     kv_context c;
     if (kv_init(&c, b->m, b->longest + 1, o->kv_type, threads, e))
         return -1;
-    lm_weights_settle(b->m); /* time the weights where generation reads them: in the copy, once made */
     if (probe)
         probe->threads = threads;
     int rc = 0;
@@ -301,6 +300,7 @@ int cmd_bench(const cli_opts *opts)
     lm_model m;
     if (cli_open_model(&o, &m, NULL))
         return EXIT_ERR;
+    lm_weights_settle(&m); /* time the weights where generation reads them: in the copy, once made */
     int most = 1, most_n = 0;
     for (int i = 0; i < o.n_bench_p; i++)
         most = o.bench_p[i] > most ? o.bench_p[i] : most;

@@ -256,7 +256,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
 }
 
 /*
- * weights_copy.c: the plan of a copy (NULL: stay mapped); a decode's start
+ * weights_copy.c: the copy, started (NULL: stay mapped); a decode's start
  * (adopts what is done, holds the copy back while the tensors are read) and
  * end; freeing it.
  */

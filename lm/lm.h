@@ -148,8 +148,8 @@ int lm_model_open(lm_model *m, const char *path, lm_err *e);
 int lm_model_init(lm_model *m, lm_err *e);
 void lm_model_close(lm_model *m);
 /*
- * lm_model_open's weights move into 2 MiB pages in the background once
- * decoding starts (weights_copy.c; KVCHAT_MMAP keeps them mapped).  Settle
+ * lm_model_open's weights move into 2 MiB pages in the background, while
+ * no decode runs (weights_copy.c; KVCHAT_MMAP keeps them mapped).  Settle
  * waits until every tensor reads from the copy (benchmarks, before timing);
  * copied says whether they do.
  */

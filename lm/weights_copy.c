@@ -39,7 +39,7 @@ struct lm_copy {
     uint8_t *region;      /* the mmap holding the copy (dst rounded up to a huge page) */
     uint8_t *dst;
     size_t size, region_size;
-    int started, all_adopted; /* the decoding thread's: every tensor points into the copy */
+    int all_adopted;      /* the decoding thread's: every tensor points into the copy */
     pthread_t thread;
     pthread_mutex_t lock; /* over done, decoding and stop */
     pthread_cond_t moved; /* one of them changed */
@@ -122,14 +122,6 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-/* Starts the copy once (cp->started: 1, or -1 when the thread could not start): whether it runs. */
-static int started(struct lm_copy *cp)
-{
-    if (!cp->started)
-        cp->started = pthread_create(&cp->thread, NULL, copy_main, cp) == 0 ? 1 : -1;
-    return cp->started > 0;
-}
-
 struct lm_copy *lm_weights_plan(const gguf_file *g)
 {
 #ifdef MADV_HUGEPAGE
@@ -153,7 +145,14 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
     cp->size = size;
     pthread_mutex_init(&cp->lock, NULL);
     pthread_cond_init(&cp->moved, NULL);
-    started(cp); /* now: an interactive chat copies while the user types */
+    /* now: an interactive chat copies while the user types */
+    if (pthread_create(&cp->thread, NULL, copy_main, cp)) {
+        pthread_cond_destroy(&cp->moved);
+        pthread_mutex_destroy(&cp->lock);
+        munmap(cp->region, cp->region_size);
+        free(cp);
+        return NULL;
+    }
     return cp;
 #else
     (void)g;
@@ -186,7 +185,7 @@ static size_t adopt(const lm_model *m, struct lm_copy *cp)
 void lm_weights_enter(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;
-    if (!cp || cp->all_adopted || !started(cp))
+    if (!cp || cp->all_adopted)
         return;
     pthread_mutex_lock(&cp->lock);
     cp->decoding = 1; /* the copy pauses after its chunk */
@@ -197,7 +196,7 @@ void lm_weights_enter(const lm_model *m)
 void lm_weights_leave(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;
-    if (!cp || cp->started <= 0 || cp->all_adopted)
+    if (!cp || cp->all_adopted)
         return;
     set_moved(cp, 0, 0);
 }
@@ -205,7 +204,7 @@ void lm_weights_leave(const lm_model *m)
 void lm_weights_settle(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;
-    if (!cp || !started(cp))
+    if (!cp)
         return;
     for (size_t seen = adopt(m, cp); !cp->all_adopted && seen < cp->size; seen = adopt(m, cp)) {
         pthread_mutex_lock(&cp->lock);
@@ -224,13 +223,11 @@ void lm_weights_free(struct lm_copy *cp)
 {
     if (!cp)
         return;
-    if (cp->started > 0) {
-        pthread_mutex_lock(&cp->lock);
-        cp->stop = 1;
-        pthread_cond_broadcast(&cp->moved);
-        pthread_mutex_unlock(&cp->lock);
-        pthread_join(cp->thread, NULL);
-    }
+    pthread_mutex_lock(&cp->lock);
+    cp->stop = 1;
+    pthread_cond_broadcast(&cp->moved);
+    pthread_mutex_unlock(&cp->lock);
+    pthread_join(cp->thread, NULL);
     pthread_cond_destroy(&cp->moved);
     pthread_mutex_destroy(&cp->lock);
     munmap(cp->region, cp->region_size);

@@ -367,8 +367,8 @@ static int huge_pages_on(void)
  * The weights' copy into huge pages (weights_copy.c): once settled every
  * tensor reads from the copy, byte for byte the file's, and logits equal
  * those read from the mapping bit for bit; so do those of a fresh model
- * evaluated a token at a time, which starts its copy at the first decode
- * and adopts what is done before each.
+ * evaluated a token at a time, whose copy runs between its decodes and is
+ * adopted, as far as it got, before each.
  */
 START_TEST(test_weights_copy)
 {
