@@ -5,7 +5,7 @@
  * Generating a token reads every weight once, and a file's page-cache
  * pages are 4 KiB: each page is a TLB miss and a point where the hardware
  * prefetcher stops.  The same matrices in 2 MiB pages stream faster from
- * memory (Zen 5, Q4_0, two threads: 31-34 GB/s against 28-32), so once a
+ * memory (Zen 4, Q4_0, two threads: 31-34 GB/s against 28-32), so once a
  * model is open a thread copies its tensor data into anonymous memory
  * asked for in huge pages, and drops each mapped page it has copied, so
  * the process holds one copy, not two.  The thread runs at idle priority
