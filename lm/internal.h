@@ -224,18 +224,23 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * Q4_0 generated 15 tokens/s without this and 34 with it).  So the kernels
  * request the n bytes LM_PREFETCH_AHEAD beyond those they are about to
  * read, a cache line at a time: a thread's run of rows is contiguous, so
- * that is what it reads a few rows later.  8 KiB ahead, into L2 (the T1
- * hint), on the Zen 4 this project is measured on: tinyllama with 2
- * threads, `kvchat bench -p 0 -n 64 -r 2`, ten alternations against 6 KiB
- * into L1: Q4_K_M 43.9 -> 52.9 tokens/s (8 of 10 ahead), Q8_0 26.5 -> 31.1
- * (9 of 10), Q4_0 level (51.1, 50.5); six on the smaller models: qwen2.5
- * Q4_K_M 73.8 -> 80.6, smollm2 Q8_0 184 -> 197, Q4_K_M 217 -> 227, qwen2.5
- * Q4_0 level; 12 and 16 KiB into L2 no better than 8; prompts level.  The
- * Zen 5 of an earlier session liked 6 KiB into L1 better (when it read at
- * 65-77 GB/s, tinyllama Q4_0 56.0 GB/s against 42-47 with 8 KiB into L2),
- * and the Xeon before it 8 KiB into L2.
+ * that is what it reads a few rows later.  For one token, 8 KiB ahead into
+ * L2 (the T1 hint), on the Zen 4 this project is measured on: tinyllama
+ * with 2 threads, `kvchat bench -p 0 -n 64 -r 2`, ten alternations against
+ * 6 KiB into L1: Q4_K_M 43.9 -> 52.9 tokens/s (8 of 10 ahead), Q8_0 26.5 ->
+ * 31.1 (9 of 10), Q4_0 level (51.1, 50.5); six on the smaller models:
+ * qwen2.5 Q4_K_M 73.8 -> 80.6, smollm2 Q8_0 184 -> 197, Q4_K_M 217 -> 227,
+ * qwen2.5 Q4_0 level; 12 and 16 KiB into L2 no better than 8.  For a few
+ * tokens a row takes that many times longer, the lines asked for 8 KiB
+ * ahead arrive long before they are read, and each read then waits on L2:
+ * there 6 KiB into L1 stays (a 6-token message on smollm2 Q4_K_M, best of
+ * 80: 10.11-10.31 ms at 716 cached tokens against 10.41-10.57 into L2).
+ * The Zen 5 of an earlier session liked 6 KiB into L1 for one token too
+ * (when it read at 65-77 GB/s, tinyllama Q4_0 56.0 GB/s against 42-47 with
+ * 8 KiB into L2), and the Xeon before it 8 KiB into L2.
  */
-#define LM_PREFETCH_AHEAD 8192
+#define LM_PREFETCH_ONE 8192 /* bytes ahead, into L2, when a row meets one token */
+#define LM_PREFETCH_FEW 6144 /* into L1, when it meets several */
 
 /* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
 static inline int lm_b32_block_bytes(uint32_t t)
@@ -251,11 +256,18 @@ static inline float lm_half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
-static inline void lm_prefetch_ahead(const uint8_t *p, size_t n)
+/* The n bytes ahead of p that a kernel of ntok tokens reads next. */
+static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok)
 {
+    if (ntok == 1) {
 #pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
-    for (size_t off = 0; off < n; off += 64)
-        __builtin_prefetch(p + LM_PREFETCH_AHEAD + off, 0, 2); /* prefetcht1: into L2 */
+        for (size_t off = 0; off < n; off += 64)
+            __builtin_prefetch(p + LM_PREFETCH_ONE + off, 0, 2); /* prefetcht1: into L2 */
+    } else {
+#pragma GCC unroll 8
+        for (size_t off = 0; off < n; off += 64)
+            __builtin_prefetch(p + LM_PREFETCH_FEW + off, 0, 3); /* prefetcht0: into L1 */
+    }
 }
 
 /*

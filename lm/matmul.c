@@ -176,7 +176,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                lm_prefetch_ahead(row, row_bytes);
+                lm_prefetch_ahead(row, row_bytes, nt);
                 if (lm_row_k_prepare(w->type, row, k, &r[i]) || lm_row_b32_prepare(w->type, row, k, &r[i]))
                     continue;
                 lm_qrow_decode(&r[i], w->type, row, k, s->isa);
@@ -370,7 +370,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
         }
-        lm_prefetch_ahead(row, row_bytes); /* the fused kernels prefetch as they go */
+        lm_prefetch_ahead(row, row_bytes, nt); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         lm_qrow_dots(r, acts + t0, nt, out + (size_t)t0 * rows + i, (size_t)rows, s->isa);
     }
