@@ -12,10 +12,11 @@
 #include <math.h>
 #include <string.h>
 
-/* One instruction set's steps of lm_quantize_act: a Q8_K super-block, a Q8_0 block, the code sums. */
+/* One instruction set's steps of lm_quantize_act: a Q8_K super-block, a run of nb <= 16 Q8_0
+   blocks from block b0, the code sums. */
 typedef struct act_steps {
     void (*quant_k)(const float *x, act_row *r, int64_t b);
-    void (*quant_b32)(const float *x, act_row *r, int64_t b);
+    void (*quant_b32)(const float *x, act_row *r, int64_t b0, int nb);
     void (*code_sums)(act_row *r, int64_t k, int off);
 } act_steps;
 
@@ -31,8 +32,8 @@ static inline int quantize_with(const act_steps *st, uint32_t wtype, const float
         for (int64_t b = 0; b < k / 256; b++)
             st->quant_k(x + b * 256, &r, b);
     else
-        for (int64_t b = 0; b < k / 32; b++)
-            st->quant_b32(x + b * 32, &r, b);
+        for (int64_t b = 0; b < k / 32; b += 16)
+            st->quant_b32(x + b * 32, &r, b, k / 32 - b < 16 ? (int)(k / 32 - b) : 16);
     st->code_sums(&r, k, lm_code_offset(wtype));
     return 1;
 }
@@ -133,19 +134,8 @@ AVX512 static void code_sums(act_row *r, int64_t k, int off)
 
 AVX512 int lm_quantize_act_avx512(uint32_t wtype, const float *x, void *dst, int64_t k)
 {
-    int atype = lm_act_type(wtype);
-    if (atype != LM_Q8_0 && atype != LM_Q8_K)
-        return 0;
-    act_row r;
-    lm_act_layout(atype, k, &r, dst);
-    if (atype == LM_Q8_K)
-        for (int64_t b = 0; b < k / 256; b++)
-            quant_k(x + b * 256, &r, b);
-    else
-        for (int64_t b = 0; b < k / 32; b += 16)
-            quant_b32(x + b * 32, &r, b, k / 32 - b < 16 ? (int)(k / 32 - b) : 16);
-    code_sums(&r, k, lm_code_offset(wtype));
-    return 1;
+    static const act_steps avx512 = {quant_k, quant_b32, code_sums};
+    return quantize_with(&avx512, wtype, x, dst, k);
 }
 
 /* ---- AVX2 (no AVX-512): the same values, 8 lanes at a time ---- */
@@ -184,16 +174,19 @@ AVX2 static INLINE void codes32(const float *x, __m256 scale, int8_t *q)
     _mm256_storeu_si256((__m256i *)q, b);
 }
 
-/* Q8_0 block b: d = max/127 rounded to f16 (F16C, to nearest even, as lm_f32_to_f16), codes x * 127/max. */
-AVX2 static void quant_b32_avx2(const float *x, act_row *r, int64_t b)
+/* Q8_0 blocks b0..b0+nb-1: d = max/127 rounded to f16 (F16C, to nearest even, as
+   lm_f32_to_f16), codes x * 127/max. */
+AVX2 static void quant_b32_avx2(const float *x, act_row *r, int64_t b0, int nb)
 {
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < 32; i += 8)
-        m = abs_max8(_mm256_loadu_ps(x + i), m);
-    float amax = hmax8(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    codes32(x, _mm256_set1_ps(id), r->qs + b * 32);
-    r->d[b] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-    r->s[b] = 0.0f;
+    for (int64_t b = b0; b < b0 + nb; b++, x += 32) {
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 32; i += 8)
+            m = abs_max8(_mm256_loadu_ps(x + i), m);
+        float amax = hmax8(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        codes32(x, _mm256_set1_ps(id), r->qs + b * 32);
+        r->d[b] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        r->s[b] = 0.0f;
+    }
 }
 
 /* Q8_K super-block b: the scale from the first value of largest magnitude, sign and all. */
@@ -287,17 +280,20 @@ static inline void codes16_neon(const float *x, float32x4_t scale, int8_t *q)
     vst1q_s8(q, vcombine_s8(vqmovn_s16(vcombine_s16(h[0], h[1])), vqmovn_s16(vcombine_s16(h[2], h[3]))));
 }
 
-/* Q8_0 block b: d = max/127 rounded to f16 (to nearest even, as lm_f32_to_f16), codes x * 127/max. */
-static void quant_b32_neon(const float *x, act_row *r, int64_t b)
+/* Q8_0 blocks b0..b0+nb-1: d = max/127 rounded to f16 (to nearest even, as lm_f32_to_f16),
+   codes x * 127/max. */
+static void quant_b32_neon(const float *x, act_row *r, int64_t b0, int nb)
 {
-    float32x4_t m = vdupq_n_f32(0.0f);
-    for (int i = 0; i < 32; i += 4)
-        m = abs_max4(vld1q_f32(x + i), m);
-    float amax = vmaxvq_f32(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    codes16_neon(x, vdupq_n_f32(id), r->qs + b * 32);
-    codes16_neon(x + 16, vdupq_n_f32(id), r->qs + b * 32 + 16);
-    r->d[b] = vgetq_lane_f32(vcvt_f32_f16(vcvt_f16_f32(vdupq_n_f32(d))), 0);
-    r->s[b] = 0.0f;
+    for (int64_t b = b0; b < b0 + nb; b++, x += 32) {
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int i = 0; i < 32; i += 4)
+            m = abs_max4(vld1q_f32(x + i), m);
+        float amax = vmaxvq_f32(m), d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        codes16_neon(x, vdupq_n_f32(id), r->qs + b * 32);
+        codes16_neon(x + 16, vdupq_n_f32(id), r->qs + b * 32 + 16);
+        r->d[b] = vgetq_lane_f32(vcvt_f32_f16(vcvt_f16_f32(vdupq_n_f32(d))), 0);
+        r->s[b] = 0.0f;
+    }
 }
 
 /* Q8_K super-block b: the scale from the first value of largest magnitude, sign and all. */
