@@ -222,7 +222,7 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * Generating a token streams every weight from DRAM once, and the hardware
  * prefetcher alone leaves a core waiting on most of those loads (tinyllama
  * Q4_0 generated 15 tokens/s without this and 34 with it).  So the kernels
- * request the n bytes LM_PREFETCH_AHEAD beyond those they are about to
+ * request the n bytes LM_PREFETCH_ONE or _FEW beyond those they are about to
  * read, a cache line at a time: a thread's run of rows is contiguous, so
  * that is what it reads a few rows later.  For one token, 8 KiB ahead into
  * L2 (the T1 hint), on the Zen 4 this project is measured on: tinyllama
