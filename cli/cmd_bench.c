@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now_s(void)
@@ -108,9 +109,14 @@ static int probe_init(read_probe *r, int threads)
 {
     r->n = (size_t)1 << 27; /* 128 Mi uint64 = 1 GiB */
     r->threads = threads;
-    r->buf = malloc(r->n * sizeof *r->buf);
+    /* in 2 MiB pages where the kernel gives them, as the weights are read (1-2% faster here) */
+    const size_t huge = (size_t)2 << 20;
+    r->buf = aligned_alloc(huge, r->n * sizeof *r->buf);
     if (!r->buf)
         return -1;
+#ifdef MADV_HUGEPAGE
+    madvise(r->buf, r->n * sizeof *r->buf, MADV_HUGEPAGE);
+#endif
     uint64_t *buf = r->buf;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < r->n; i++)
