@@ -3,9 +3,9 @@
  * evaluation) and generation (tg: n tokens one at a time), each repeated r
  * times after a warm-up, printed like llama-bench; as there, -p, -n and -t
  * take lists, and every thread count runs every test.  It also measures the
- * machine's memory read bandwidth in the same run (between the generation
- * runs) and reports how much of it generation uses, since token generation
- * is bound by reading weights.
+ * machine's memory read bandwidth in the same run (between pieces of one
+ * more generation run) and reports how much of it generation uses, since
+ * token generation is bound by reading weights.
  */
 #include "cli.h"
 
@@ -125,18 +125,18 @@ static int probe_init(read_probe *r, int threads)
 }
 
 /*
- * GB/s of the best of six passes summing the buffer with every thread, a
- * cache line a step, asking for lines 4 KiB ahead in three passes and 8
- * KiB ahead in the other three: which reads faster depends on the
- * machine and the moment (here, when it reads fast, 8 KiB: 70 GB/s
- * against 65), and the best is what it can do.
+ * GB/s of the best of `passes` passes summing the buffer with every
+ * thread, a cache line a step, asking for lines 4 KiB ahead in even passes
+ * and 8 KiB ahead in odd ones: which reads faster depends on the machine
+ * and the moment (the Zen 5, when it read fast, 8 KiB: 70 GB/s against
+ * 65), and the best is what it can do.
  */
-static double read_bandwidth(const read_probe *r)
+static double read_bandwidth(const read_probe *r, int passes)
 {
     const uint64_t *buf = r->buf;
     const size_t n = r->n;
     double best = 0;
-    for (int pass = 0; pass < 6; pass++) {
+    for (int pass = 0; pass < passes; pass++) {
         const size_t ahead = pass % 2 ? 1024 : 512; /* in uint64 */
         uint64_t sum = 0;
         double t0 = now_s();
@@ -213,39 +213,76 @@ static int pp_test(const bench_run *b, kv_context *c, int threads, int d, int p,
     return 0;
 }
 
+#define SHARE_PIECE 16 /* tokens between two readings of the machine's read speed */
+#define SHARE_PASSES 2 /* passes over the probe's buffer a reading (1 GiB each) */
+
+/* Generation's reads against the machine's, from share_run. */
+typedef struct read_share {
+    double share;  /* of what the machine read beside the tokens */
+    double gbs;    /* what generation read */
+    double lo, hi; /* the machine's readings */
+} read_share;
+
 /*
- * tg of n tokens, one row; note gets its share of the machine's read speed,
- * measured next to every run: its neighbours take bandwidth now and then,
- * so each run is set against the better of the readings on its two sides.
+ * n more tokens at depth d for generation's share of the machine's read
+ * speed, in pieces of SHARE_PIECE tokens with the probe read between
+ * them, each piece set against the better reading on its two sides.  Here
+ * neighbours take bandwidth in spells of seconds: a reading taken a whole
+ * run away (2-3 s) from the tokens it judged often saw a spell they did
+ * not, and the share swung from 60% to 90% with it.
  */
+static int share_run(const bench_run *b, kv_context *c, int d, int n, const read_probe *probe, read_share *out,
+                     lm_err *e)
+{
+    if (to_depth(c, b->toks, d, e))
+        return -1;
+    double before = read_bandwidth(probe, SHARE_PASSES), need = 0, took = 0, bytes = 0;
+    out->lo = out->hi = before;
+    for (int at = 0; at < n; at += SHARE_PIECE) {
+        const int m = n - at < SHARE_PIECE ? n - at : SHARE_PIECE;
+        const double t0 = now_s();
+        for (int i = 0; i < m; i++)
+            if (kv_eval(c, b->toks + d + at + i, 1, NULL, NULL, e))
+                return -1;
+        const double dt = now_s() - t0, after = read_bandwidth(probe, SHARE_PASSES);
+        /* token i of the piece reads the weights and d + at + i + 1 positions of the cache */
+        const double piece = m * (b->per_token + b->per_pos * (d + at + (m + 1) / 2.0));
+        need += piece / 1e9 / (after > before ? after : before); /* seconds the machine's reads would take */
+        took += dt, bytes += piece;
+        out->lo = after < out->lo ? after : out->lo, out->hi = after > out->hi ? after : out->hi;
+        before = after;
+    }
+    out->share = took > 0 ? need / took : 0;
+    out->gbs = took > 0 ? bytes / took / 1e9 : 0;
+    return 0;
+}
+
+/* tg of n tokens, one row; with a probe, note gets generation's share of the machine's read speed. */
 static int tg_test(const bench_run *b, kv_context *c, int threads, int d, int n, const read_probe *probe,
                    char *note, size_t cap, lm_err *e)
 {
     series s = {{0}, 0};
-    double tps, before = probe ? read_bandwidth(probe) : 0, share = 0, lo = 0, hi = 0;
-    /* a token reads the weights and the cache so far: d + 1 .. d + n positions, on average */
-    const double cache = b->per_pos * (d + (n + 1) / 2.0), bytes = b->per_token + cache;
-    const int reps = b->o->bench_reps;
+    double tps;
     if (run_tg(c, b->toks, d, n < 16 ? n : 16, &tps, e))
         return -1;
-    for (int r = 0; r < reps; r++) {
-        if (run_tg(c, b->toks, d, n, &s.tps[s.n], e))
+    for (int r = 0; r < b->o->bench_reps; r++)
+        if (run_tg(c, b->toks, d, n, &s.tps[s.n++], e))
             return -1;
-        double after = probe ? read_bandwidth(probe) : 0, machine = after > before ? after : before;
-        share += machine > 0 ? bytes * s.tps[s.n] / 1e9 / machine / reps : 0;
-        lo = r == 0 || machine < lo ? machine : lo, hi = machine > hi ? machine : hi;
-        before = after, s.n++;
-    }
     char test[48];
     test_name(test, sizeof test, "tg", n, d);
     print_row(b->o, base_name(b->o->model), b->mib, b->params, threads, test, &s);
-    double mean, sd;
-    stats(&s, &mean, &sd);
-    if (probe)
-        snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights and %.2f MiB of cache per token: "
-                 "%.1f GB/s, %.0f%% of what this machine read next to each run (%.1f-%.1f GB/s)\n", test,
-                 threads, threads == 1 ? "" : "s", b->per_token / (1024.0 * 1024.0), cache / (1024.0 * 1024.0),
-                 bytes * mean / 1e9, 100 * share, lo, hi);
+    read_share rs;
+    if (!probe)
+        return 0;
+    if (share_run(b, c, d, n, probe, &rs, e))
+        return -1;
+    /* a token reads the weights and the cache so far: d + 1 .. d + n positions, on average */
+    const double cache = b->per_pos * (d + (n + 1) / 2.0);
+    snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights and %.2f MiB of cache per token: "
+             "%.1f GB/s, %.0f%% of what this machine read beside it (%.1f-%.1f GB/s; one more run, "
+             "the machine read between every %d tokens)\n", test, threads, threads == 1 ? "" : "s",
+             b->per_token / (1024.0 * 1024.0), cache / (1024.0 * 1024.0), rs.gbs, 100 * rs.share, rs.lo, rs.hi,
+             SHARE_PIECE);
     return 0;
 }
 

@@ -65,7 +65,15 @@ START_TEST(test_bench)
     char *b[] = {"bench", "-m", model, "-p", "8", "-n", "8", "-r", "1", "-t", "2", NULL};
     ck_assert_int_eq(kv(b, NULL, &out, NULL), 0);
     ck_assert_msg(strstr(out, "| stories260K.gguf") && strstr(out, "pp8 |") && strstr(out, "tg8 |") &&
-                      strstr(out, "of what this machine read next to each run"),
+                      strstr(out, "of what this machine read beside it"),
+                  "%s", out);
+    /* the share run's figures: what it read, its share, the machine's readings beside its pieces */
+    double gbs, pct, lo, hi;
+    const char *note = strstr(out, "cache per token: ");
+    ck_assert_msg(note && sscanf(note, "cache per token: %lf GB/s, %lf%% of what this machine read beside it "
+                                       "(%lf-%lf GB/s",
+                                 &gbs, &pct, &lo, &hi) == 4 &&
+                      gbs > 0 && pct > 0 && lo > 0 && lo <= hi,
                   "%s", out);
     free(out);
     /* lists, as llama-bench takes them: every test for each thread count, in order */
