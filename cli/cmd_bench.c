@@ -229,7 +229,7 @@ typedef struct read_share {
  * them, each piece set against the better reading on its two sides.  Here
  * neighbours take bandwidth in spells of seconds: a reading taken a whole
  * run away (2-3 s) from the tokens it judged often saw a spell they did
- * not, and the share swung from 60% to 90% with it.
+ * not, and the share swung from 66% to 93% with it (tinyllama Q4_0).
  */
 static int share_run(const bench_run *b, kv_context *c, int d, int n, const read_probe *probe, read_share *out,
                      lm_err *e)
