@@ -76,15 +76,23 @@ static int run_pp(kv_context *c, const int32_t *t, int d, int p, double *tps, lm
     return 0;
 }
 
+/* Tokens t[0..n) one at a time, as generation evaluates them. */
+static int one_by_one(kv_context *c, const int32_t *t, int n, lm_err *e)
+{
+    for (int i = 0; i < n; i++)
+        if (kv_eval(c, t + i, 1, NULL, NULL, e))
+            return -1;
+    return 0;
+}
+
 /* n tokens one at a time after the d tokens of depth. */
 static int run_tg(kv_context *c, const int32_t *t, int d, int n, double *tps, lm_err *e)
 {
     if (to_depth(c, t, d, e))
         return -1;
     double t0 = now_s();
-    for (int i = 0; i < n; i++)
-        if (kv_eval(c, t + d + i, 1, NULL, NULL, e))
-            return -1;
+    if (one_by_one(c, t + d, n, e))
+        return -1;
     *tps = n / (now_s() - t0);
     return 0;
 }
@@ -241,9 +249,8 @@ static int share_run(const bench_run *b, kv_context *c, int d, int n, const read
     for (int at = 0; at < n; at += SHARE_PIECE) {
         const int m = n - at < SHARE_PIECE ? n - at : SHARE_PIECE;
         const double t0 = now_s();
-        for (int i = 0; i < m; i++)
-            if (kv_eval(c, b->toks + d + at + i, 1, NULL, NULL, e))
-                return -1;
+        if (one_by_one(c, b->toks + d + at, m, e))
+            return -1;
         const double dt = now_s() - t0, after = read_bandwidth(probe, SHARE_PASSES);
         /* token i of the piece reads the weights and d + at + i + 1 positions of the cache */
         const double piece = m * (b->per_token + b->per_pos * (d + at + (m + 1) / 2.0));
