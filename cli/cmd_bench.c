@@ -132,19 +132,21 @@ static int probe_init(read_probe *r, int threads)
     return 0;
 }
 
+#define READ_PASSES 2 /* passes over the buffer a reading (1 GiB each) */
+
 /*
- * GB/s of the best of `passes` passes summing the buffer with every
- * thread, a cache line a step, asking for lines 4 KiB ahead in even passes
- * and 8 KiB ahead in odd ones: which reads faster depends on the machine
- * and the moment (the Zen 5, when it read fast, 8 KiB: 70 GB/s against
- * 65), and the best is what it can do.
+ * GB/s of the better of READ_PASSES passes summing the buffer with every
+ * thread, a cache line a step, asking for lines 4 KiB ahead in the first
+ * pass and 8 KiB ahead in the second: which reads faster depends on the
+ * machine and the moment (the Zen 5, when it read fast, 8 KiB: 70 GB/s
+ * against 65), and the better is what it can do.
  */
-static double read_bandwidth(const read_probe *r, int passes)
+static double read_bandwidth(const read_probe *r)
 {
     const uint64_t *buf = r->buf;
     const size_t n = r->n;
     double best = 0;
-    for (int pass = 0; pass < passes; pass++) {
+    for (int pass = 0; pass < READ_PASSES; pass++) {
         const size_t ahead = pass % 2 ? 1024 : 512; /* in uint64 */
         uint64_t sum = 0;
         double t0 = now_s();
@@ -222,7 +224,6 @@ static int pp_test(const bench_run *b, kv_context *c, int threads, int d, int p,
 }
 
 #define SHARE_PIECE 16 /* tokens between two readings of the machine's read speed */
-#define SHARE_PASSES 2 /* passes over the probe's buffer a reading (1 GiB each) */
 
 /* Generation's reads against the machine's, from share_run. */
 typedef struct read_share {
@@ -244,14 +245,14 @@ static int share_run(const bench_run *b, kv_context *c, int d, int n, const read
 {
     if (to_depth(c, b->toks, d, e))
         return -1;
-    double before = read_bandwidth(probe, SHARE_PASSES), need = 0, took = 0, bytes = 0;
+    double before = read_bandwidth(probe), need = 0, took = 0, bytes = 0;
     out->lo = out->hi = before;
     for (int at = 0; at < n; at += SHARE_PIECE) {
         const int m = n - at < SHARE_PIECE ? n - at : SHARE_PIECE;
         const double t0 = now_s();
         if (one_by_one(c, b->toks + d + at, m, e))
             return -1;
-        const double dt = now_s() - t0, after = read_bandwidth(probe, SHARE_PASSES);
+        const double dt = now_s() - t0, after = read_bandwidth(probe);
         /* token i of the piece reads the weights and d + at + i + 1 positions of the cache */
         const double piece = m * (b->per_token + b->per_pos * (d + at + (m + 1) / 2.0));
         need += piece / 1e9 / (after > before ? after : before); /* seconds the machine's reads would take */
