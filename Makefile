@@ -182,12 +182,15 @@ run: deps
 	else echo "No model at $(MODEL): pass MODEL=path/to/model.gguf (models.txt lists known models)"; exit 1; fi
 
 # Benchmark models: synthetic weights of real shapes (../shared/tools/synth_gguf.py),
-# made once into bench-models/ (ignored by git), then `kvchat bench` on each.
+# made once into bench-models/ (ignored by git), then `kvchat bench` on each, then a chat.
 BENCH_DIR ?= bench-models
 BENCH_MODELS = smollm2-135m:gpt-2:11:Q8_0 smollm2-135m:gpt-2:11:Q4_K_M \
 	tinyllama-1.1b:llama-spm:12:Q4_0 tinyllama-1.1b:llama-spm:12:Q8_0 \
 	tinyllama-1.1b:llama-spm:12:Q4_K_M qwen2.5-0.5b:qwen2:13:Q4_0 qwen2.5-0.5b:qwen2:13:Q4_K_M
 BENCH_ARGS ?= -p 512 -n 128 -r 3
+# the speed issue's chat: time to first token at turn 20 against turn 2
+BENCH_CHAT = $(BENCH_DIR)/smollm2-135m-Q4_K_M.gguf
+BENCH_CHAT_ARGS ?= -n 32 --temp 0
 
 bench: deps kvchat
 	@dpkg-query -W -f='$${Status}' python3-numpy 2>/dev/null | grep -q "ok installed" || \
@@ -203,6 +206,17 @@ bench: deps kvchat
 	@for spec in $(BENCH_MODELS); do \
 	  set -- $$(echo $$spec | tr ':' ' '); echo; ./kvchat bench -m $(BENCH_DIR)/$$1-$$4.gguf $(BENCH_ARGS) || exit 1; \
 	done
+	@echo; echo "A 20-turn chat on $(BENCH_CHAT) ($(BENCH_CHAT_ARGS) --stats), each turn's fastest of 3 runs:"
+	@dir=$$(mktemp -d) || exit 1; \
+	for i in $$(seq 1 20); do echo "Tell me about item $$i."; done > $$dir/script; \
+	for r in 1 2 3; do \
+	  ./kvchat -m $(BENCH_CHAT) -f $$dir/script $(BENCH_CHAT_ARGS) --stats 2> $$dir/stats > /dev/null || \
+	    { cat $$dir/stats; rm -rf $$dir; exit 1; }; \
+	  grep -o 'ttft_ms=[0-9.]*' $$dir/stats | cut -d= -f2 | nl -w1 -s' ' >> $$dir/ttft; \
+	done; \
+	sort -k1,1n -k2,2g $$dir/ttft | awk '!seen[$$1]++ { t[$$1] = $$2 } END { \
+	  printf "time to first token: turn 2 %.1f ms, turn 20 %.1f ms, %.2f times turn 2\n", t[2], t[20], t[20] / t[2] }'; \
+	rm -rf $$dir
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
