@@ -215,8 +215,9 @@ bench: deps kvchat
 	  grep -o 'ttft_ms=[0-9.]*' $$dir/stats | cut -d= -f2 | nl -w1 -s' ' >> $$dir/ttft; \
 	done; \
 	sort -k1,1n -k2,2g $$dir/ttft | awk '!seen[$$1]++ { t[$$1] = $$2 } END { \
+	  if (!t[2] || !t[20]) { print "no time to first token for turns 2 and 20"; exit 1 } \
 	  printf "time to first token: turn 2 %.1f ms, turn 20 %.1f ms, %.2f times turn 2\n", t[2], t[20], t[20] / t[2] }'; \
-	rm -rf $$dir
+	status=$$?; rm -rf $$dir; exit $$status
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
