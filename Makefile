@@ -44,7 +44,7 @@ DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 endif
 NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c \
 	lm/qdot_avx2.c lm/qact_simd.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c \
-	lm/model.c lm/gguf.c lm/weights_copy.c
+	lm/model.c lm/gguf.c lm/weights_copy.c lm/repack.c
 
 .PHONY: all check check-asan check-aarch64 run bench install clean portable deps fuzz
 

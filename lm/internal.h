@@ -128,7 +128,7 @@ void lm_act_windows(act_row *a);           /* fills qw, ncw from qs, negcorr */
 /* Q4_0, Q5_0: nr rows rb bytes apart, out[r] */
 void lm_rows_b32_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                       const act_row *a, float *out);
-/* Q4_0, Q5_0, Q8_0 rows through a few tokens, each step's blocks one a lane (qrow_vbmi.c) */
+/* Q4_0, Q5_0, Q8_0 rows (or LM_Q4_0_LANES: rearranged Q4_0) through a few tokens or one, each step's blocks one a lane (qrow_vbmi.c) */
 void lm_act_lanes(act_row *a);             /* fills qw, ncw from qs, negcorr */
 /* nr rows rb bytes apart times tokens a[0..n): out[t * ostride + r] */
 void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
@@ -242,6 +242,16 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
 #define LM_PREFETCH_ONE 8192 /* bytes ahead, into L2, when a row meets one token */
 #define LM_PREFETCH_FEW 6144 /* into L1, when it meets several */
 
+/*
+ * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
+ * of 16 blocks; LM_Q4_0_LANES names them to the kernels that take a type.
+ */
+#define LM_Q4_0_LANES 0x100
+void lm_q4_0_to_lanes(uint8_t *step);
+void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
+int lm_lanes_layout_native(void);
+int lm_lanes_layout_fits(const gguf_tensor *t);
+
 /* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
 static inline int lm_b32_block_bytes(uint32_t t)
 {
@@ -294,6 +304,7 @@ typedef struct mm_scratch {
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
     void **r8;         /* per thread, x86: eight rows unpacked for qgemm_avx2.c */
+    uint8_t **file_rows; /* per thread: a rearranged Q4_0 row back in the file's layout */
     float **amx_scratch;
 } mm_scratch;
 

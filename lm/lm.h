@@ -106,7 +106,13 @@ typedef struct lm_tensor {
     uint32_t type;
     int64_t ne[2];
     const void *data;
+    int layout; /* LM_LAYOUT_*: how data holds the rows (lm/repack.c) */
 } lm_tensor;
+
+enum lm_layout {
+    LM_LAYOUT_FILE,       /* as the GGUF file stores them */
+    LM_LAYOUT_Q4_0_LANES, /* Q4_0 rows rearranged for the kernels with blocks in lanes */
+};
 
 enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };
 

@@ -14,6 +14,9 @@
  *                 weight once per 256 tokens; with AMX, the 16 rows go into
  *                 tiles (qgemm_amx.c); outputs are stored token by token;
  *   otherwise     the row decoded into the thread's qrow, lm_qrow_dot per token.
+ * Q4_0 matrices the weights' copy rearranged (repack.c) go through the
+ * kernels with blocks in lanes for one token or a few, and the groups for
+ * a batch; a path that does not read that layout unpacks each row first.
  * Every kernel computes each output element exactly as lm_qrow_dot's scalar
  * reference does, so batched and token-by-token evaluation, any thread
  * split and any CPU path give bitwise identical logits.
@@ -110,6 +113,11 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
             if (!(s->r8[i] = aligned_alloc(64, lm_rows8_bytes(max_k))))
                 return -1;
     }
+    if (!(s->file_rows = calloc((size_t)n_threads, sizeof *s->file_rows)))
+        return -1;
+    for (int i = 0; i < n_threads; i++)
+        if (!(s->file_rows[i] = malloc(lm_row_bytes(LM_Q4_0, max_k / 32 * 32) + 1)))
+            return -1;
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
     s->groups = calloc((size_t)n_groups, sizeof *s->groups);
@@ -139,6 +147,10 @@ void mm_scratch_free(mm_scratch *s)
     }
     for (int i = 0; s->r8 && i < s->n_threads; i++)
         free(s->r8[i]);
+    for (int i = 0; s->file_rows && i < s->n_threads; i++)
+        free(s->file_rows[i]);
+    free(s->file_rows);
+    s->file_rows = NULL;
     free(s->r8);
     s->r8 = NULL;
     free(s->r16);
@@ -151,6 +163,29 @@ void mm_scratch_free(mm_scratch *s)
     s->groups = NULL;
     s->rows = NULL;
     s->act = NULL;
+}
+
+/* Whether w's rows are rearranged into lanes (repack.c). */
+static int in_lanes(const lm_tensor *w)
+{
+    return w->layout == LM_LAYOUT_Q4_0_LANES;
+}
+
+/* Whether this context's kernels read them as they lie (elsewhere each row is unpacked first). */
+static int lanes_native(const lm_tensor *w, const mm_scratch *s)
+{
+    return in_lanes(w) && s->vbmi && !s->amx;
+}
+
+/* Row i of w (rb bytes a row) in the file's layout: a rearranged one unpacked into the thread's buffer. */
+static const uint8_t *file_row(const lm_tensor *w, int64_t i, size_t rb, mm_scratch *s)
+{
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)i * rb;
+    if (!in_lanes(w))
+        return row;
+    uint8_t *buf = s->file_rows[omp_get_thread_num()];
+    lm_q4_0_from_lanes(row, buf, w->ne[0]);
+    return buf;
 }
 
 /*
@@ -175,8 +210,11 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
     for (int64_t c = 0; c < rows / 16; c++) {
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
-                const uint8_t *row = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                lm_prefetch_ahead(row, row_bytes, nt);
+                const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
+                lm_prefetch_ahead(raw, row_bytes, nt);
+                if (in_lanes(w) && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
+                    continue;
+                const uint8_t *row = file_row(w, c * 16 + m + i, row_bytes, s);
                 if (lm_row_k_prepare(w->type, row, k, &r[i]) || lm_row_b32_prepare(w->type, row, k, &r[i]))
                     continue;
                 lm_qrow_decode(&r[i], w->type, row, k, s->isa);
@@ -291,7 +329,8 @@ static int64_t rows8_times_tokens(float *out, const lm_tensor *w, int t0, int nt
 static int64_t rows16_times_token(float *out, const lm_tensor *w, const act_row *acts, mm_scratch *s)
 {
     const int64_t k = w->ne[0], rows = w->ne[1];
-    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || acts[0].windows || acts[0].lanes)
+    if (s->isa < LM_ISA_AVX512 || !lm_rows16_type(w->type) || k >= 1024 || acts[0].windows || acts[0].lanes ||
+        in_lanes(w))
         return 0;
     const size_t rb = lm_row_bytes(w->type, k);
 #pragma omp for schedule(static) nowait
@@ -312,6 +351,12 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)a * rb;
     float *o = out + (size_t)t0 * rows + a;
+    if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
+        if (!lanes_native(w, s) || !acts[t0].lanes)
+            return 0;
+        lm_rows_lanes_vbmi(LM_Q4_0_LANES, row, rb, e - a, k, &acts[t0], nt, o, (size_t)rows);
+        return 1;
+    }
     if (s->isa == LM_ISA_AVX2)
         return nt == 1 && lm_rows_avx2(w->type, row, rb, e - a, k, &acts[t0], o);
     if (nt == 1 && acts[t0].windows) {
@@ -364,13 +409,13 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
     float *tmp = s->outs[tid];
 #pragma omp for schedule(static) nowait
     for (int64_t i = r0; i < rows; i++) {
-        const uint8_t *row = base + (size_t)i * row_bytes;
+        const uint8_t *row = file_row(w, i, row_bytes, s);
         if (s->isa >= LM_ISA_AVX512 && lm_fused_row_avx512(w->type, row, k, acts + t0, nt, tmp, r)) {
             for (int t = 0; t < nt; t++)
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
         }
-        lm_prefetch_ahead(row, row_bytes, nt); /* the fused kernels prefetch as they go */
+        lm_prefetch_ahead(base + (size_t)i * row_bytes, row_bytes, nt); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         lm_qrow_dots(r, acts + t0, nt, out + (size_t)t0 * rows + i, (size_t)rows, s->isa);
     }
@@ -386,7 +431,7 @@ static int lanes_type(const lm_tensor *w, const mm_scratch *s)
 static int acts_fit(const lm_tensor *a, const lm_tensor *b)
 {
     return a->ne[0] == b->ne[0] && lm_act_type(a->type) == lm_act_type(b->type) &&
-           lm_code_offset(a->type) == lm_code_offset(b->type);
+           lm_code_offset(a->type) == lm_code_offset(b->type) && a->layout == b->layout;
 }
 
 /* How a token's rounded row is laid out for the kernel that will take it through w. */
@@ -395,6 +440,8 @@ enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES };
 static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
     const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
+    if (in_lanes(w))
+        return lanes_native(w, s) && !grouped ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;
     if (n_tok == 1 && s->vbmi && b32)
         return LAYOUT_WINDOWS; /* one token, rows read in order (qrow_vbmi.c) */
     if (!grouped && lanes_type(w, s))
@@ -464,8 +511,8 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 {
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
-    const int tiles = grouped && s->amx;
-    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type);
+    const int tiles = grouped && s->amx && !in_lanes(w);
+    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) && !in_lanes(w);
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */

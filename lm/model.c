@@ -357,7 +357,7 @@ static int bind_tensors(lm_model *m, lm_err *e)
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        m->tensors[i] = (lm_tensor){t->name, t->type, {t->ne[0], t->ne[1]}, t->data};
+        m->tensors[i] = (lm_tensor){t->name, t->type, {t->ne[0], t->ne[1]}, t->data, LM_LAYOUT_FILE};
     }
     const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
     if (!emb) {

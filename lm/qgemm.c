@@ -173,46 +173,92 @@ AVX512 static INLINE __m256i b32_corr8(__m512i sad_a, __m512i sad_b, int off)
 }
 
 /*
- * A Q4_0 or Q8_0 row straight from the file into the form the groups read
- * (what lm_qrow_decode and lm_trow_prepare_avx512 make of it, in one pass):
+ * Blocks b..b+3 as unsigned codes + off (x: blocks b, b+1; y: b+2, b+3,
+ * 32 codes each) into the form the groups read: signed codes and
+ * -128 * (sum of every 16).
+ */
+AVX512 static INLINE void put_b32_4(__m512i x, __m512i y, int off, int8_t *s8, int32_t *corr16, int64_t b)
+{
+    const __m512i voff = _mm512_set1_epi8((char)off);
+    _mm512_storeu_si512(s8 + b * 32, _mm512_sub_epi8(x, voff));
+    _mm512_storeu_si512(s8 + b * 32 + 64, _mm512_sub_epi8(y, voff));
+    _mm256_storeu_si256((__m256i *)(corr16 + 2 * b),
+                        b32_corr8(_mm512_sad_epu8(x, _mm512_setzero_si512()), _mm512_sad_epu8(y, _mm512_setzero_si512()), off));
+}
+
+/* Q4_0 blocks b..b+3 whose 16 nibble bytes fill the four 128-bit lanes of q, put as put_b32_4 puts them. */
+AVX512 static INLINE void put_q4_0_4(__m512i q, int8_t *s8, int32_t *corr16, int64_t b)
+{
+    const __m512i lo_hi_a = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), lo_hi_b = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    const __m512i nib = _mm512_set1_epi8(15);
+    __m512i lo = _mm512_and_si512(q, nib), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nib);
+    put_b32_4(_mm512_permutex2var_epi64(lo, lo_hi_a, hi), _mm512_permutex2var_epi64(lo, lo_hi_b, hi), 8, s8, corr16, b);
+}
+
+/*
+ * A Q4_0 row in the lanes layout (repack.c: 16 blocks a step, lane j of
+ * vector q the nibble bytes 4q..4q+3 of block j) put as the file's: the
+ * four vectors of a step transposed, dword by dword, into four blocks a
+ * vector (two rounds of permutes), then the same steps.
+ */
+AVX512 static void q4_0_lanes_prepare(const uint8_t *row, int64_t nb, int8_t *s8, int32_t *corr16, float *d)
+{
+    /* round 1: dwords j of two vectors side by side (lanes 0-7, then 8-15); round 2: their pairs, four blocks a vector */
+    const __m512i pair_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i pair_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    const __m512i quad_lo = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), quad_hi = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+    for (int64_t b = 0; b < nb; b += 16) {
+        const uint8_t *st = row + 18 * b;
+        const __m512i v0 = _mm512_loadu_si512(st), v1 = _mm512_loadu_si512(st + 64);
+        const __m512i v2 = _mm512_loadu_si512(st + 128), v3 = _mm512_loadu_si512(st + 192);
+        const __m512i a_lo = _mm512_permutex2var_epi32(v0, pair_lo, v1), a_hi = _mm512_permutex2var_epi32(v0, pair_hi, v1);
+        const __m512i c_lo = _mm512_permutex2var_epi32(v2, pair_lo, v3), c_hi = _mm512_permutex2var_epi32(v2, pair_hi, v3);
+        put_q4_0_4(_mm512_permutex2var_epi64(a_lo, quad_lo, c_lo), s8, corr16, b);
+        put_q4_0_4(_mm512_permutex2var_epi64(a_lo, quad_hi, c_lo), s8, corr16, b + 4);
+        put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_lo, c_hi), s8, corr16, b + 8);
+        put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_hi, c_hi), s8, corr16, b + 12);
+        _mm512_storeu_ps(d + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + 256))));
+    }
+}
+
+/*
+ * A Q4_0 or Q8_0 row straight from the file (or a Q4_0 row in the lanes
+ * layout, t = LM_Q4_0_LANES) into the form the groups read (what
+ * lm_qrow_decode and lm_trow_prepare_avx512 make of it, in one pass):
  * codes as signed bytes, -128 * (sum of every 16), and the block scales.
  * Returns 0 for other types.
  */
 AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
-    if (t != LM_Q4_0 && t != LM_Q8_0)
+    if (t != LM_Q4_0 && t != LM_Q8_0 && t != LM_Q4_0_LANES)
         return 0;
     const int64_t nb = k / 32;
-    const int bb = t == LM_Q4_0 ? 18 : 34, off = t == LM_Q4_0 ? 8 : 128; /* bytes a block, code offset */
-    const __m512i lo_hi_a = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), lo_hi_b = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-    const __m512i nib = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80), voff = _mm512_set1_epi8((char)off);
     int8_t *s8 = r->s8; /* locals: the stores below cannot then move r's pointers */
     int32_t *corr16 = r->corr16;
     float *d = r->d;
-    r->type = t, r->k = k;
+    r->type = t == LM_Q4_0_LANES ? LM_Q4_0 : t, r->k = k;
+    if (t == LM_Q4_0_LANES) {
+        q4_0_lanes_prepare(row, nb, s8, corr16, d);
+        return 1;
+    }
+    const int bb = t == LM_Q4_0 ? 18 : 34; /* bytes a block */
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *p = row + b * bb;
-        __m512i x, y; /* blocks b..b+3 as codes + off: [b b+1], [b+2 b+3] */
         if (t == LM_Q4_0) {
             __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 2)));
             q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 20)), 1);
             q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 38)), 2);
             q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 56)), 3);
-            __m512i lo = _mm512_and_si512(q, nib), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nib);
-            x = _mm512_permutex2var_epi64(lo, lo_hi_a, hi);
-            y = _mm512_permutex2var_epi64(lo, lo_hi_b, hi);
+            put_q4_0_4(q, s8, corr16, b);
         } else { /* signed codes + 128 */
-            x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))),
-                                   _mm256_loadu_si256((const __m256i *)(p + 36)), 1);
-            y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 70))),
-                                   _mm256_loadu_si256((const __m256i *)(p + 104)), 1);
-            x = _mm512_xor_si512(x, flip), y = _mm512_xor_si512(y, flip);
+            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))),
+                                           _mm256_loadu_si256((const __m256i *)(p + 36)), 1);
+            __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 70))),
+                                           _mm256_loadu_si256((const __m256i *)(p + 104)), 1);
+            put_b32_4(_mm512_xor_si512(x, flip), _mm512_xor_si512(y, flip), 128, s8, corr16, b);
         }
-        _mm512_storeu_si512(s8 + b * 32, _mm512_sub_epi8(x, voff));
-        _mm512_storeu_si512(s8 + b * 32 + 64, _mm512_sub_epi8(y, voff));
-        _mm256_storeu_si256((__m256i *)(corr16 + 2 * b),
-                            b32_corr8(_mm512_sad_epu8(x, _mm512_setzero_si512()), _mm512_sad_epu8(y, _mm512_setzero_si512()), off));
         uint16_t h[4];
         for (int i = 0; i < 4; i++)
             memcpy(&h[i], p + i * bb, 2);

@@ -419,6 +419,17 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         q8_0_lanes(w, m, u, dw);
         return;
     }
+    if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, always 16 blocks */
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const __m512i x = _mm512_loadu_si512(w + 64 * q);
+            u[q] = _mm512_and_si512(x, m4);
+            u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        }
+        *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 256)));
+        return;
+    }
     const int bs = lm_b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
     const int n = bs * m;
     __m512i src[8];
@@ -543,6 +554,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
 ROWS_LANES_TYPE(q4_0, LM_Q4_0)
 ROWS_LANES_TYPE(q5_0, LM_Q5_0)
 ROWS_LANES_TYPE(q8_0, LM_Q8_0)
+ROWS_LANES_TYPE(q4_0_lanes, LM_Q4_0_LANES)
 #undef ROWS_LANES_TYPE
 #undef ROWS_LANES_VARIANT
 
@@ -553,11 +565,13 @@ typedef void rows_lanes_fn(const uint8_t *, size_t, int64_t, int64_t, const act_
 VBMI void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                              const act_row *a, int n, float *out, size_t ostride)
 {
-    static rows_lanes_fn *const by_count[3][8] = {
+    static rows_lanes_fn *const by_count[4][8] = {
         {rows_q4_0_1, rows_q4_0_2, rows_q4_0_3, rows_q4_0_4, rows_q4_0_5, rows_q4_0_6, rows_q4_0_7, rows_q4_0_8},
         {rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4, rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8},
-        {rows_q8_0_1, rows_q8_0_2, rows_q8_0_3, rows_q8_0_4, rows_q8_0_5, rows_q8_0_6, rows_q8_0_7, rows_q8_0_8}};
-    const int ti = t == LM_Q4_0 ? 0 : t == LM_Q5_0 ? 1 : 2;
+        {rows_q8_0_1, rows_q8_0_2, rows_q8_0_3, rows_q8_0_4, rows_q8_0_5, rows_q8_0_6, rows_q8_0_7, rows_q8_0_8},
+        {rows_q4_0_lanes_1, rows_q4_0_lanes_2, rows_q4_0_lanes_3, rows_q4_0_lanes_4, rows_q4_0_lanes_5,
+         rows_q4_0_lanes_6, rows_q4_0_lanes_7, rows_q4_0_lanes_8}};
+    const int ti = t == LM_Q4_0 ? 0 : t == LM_Q5_0 ? 1 : t == LM_Q8_0 ? 2 : 3;
     for (int t0 = 0; t0 < n; t0 += 8) {
         int c = n - t0 < 8 ? n - t0 : 8;
         by_count[ti][c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);

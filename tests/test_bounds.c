@@ -69,7 +69,7 @@ START_TEST(test_matmul_reads_only_its_rows)
             uint8_t *rows = before_guard(rb * ROWS, &map, &map_len);
             for (int r = 0; r < ROWS; r++)
                 test_row(ty, rows + r * rb, k, &seed);
-            lm_tensor w = {"w", ty, {k, ROWS}, rows};
+            lm_tensor w = {"w", ty, {k, ROWS}, rows, LM_LAYOUT_FILE};
             every_path(&w, x, out, &s);
             munmap(map, map_len);
         }

@@ -494,7 +494,7 @@ START_TEST(test_matmul_paths_bitwise)
         size_t rb = lm_row_bytes(ty, K);
         for (int r = 0; r < ROWS; r++)
             random_row(ty, wmem + r * rb, rb, &seed);
-        lm_tensor w = {"w", ty, {K, ROWS}, wmem};
+        lm_tensor w = {"w", ty, {K, ROWS}, wmem, LM_LAYOUT_FILE};
         for (int c = 0; c < (int)(sizeof counts / sizeof counts[0]); c++) {
             lm_matmul(out, &w, x, counts[c], &s);
             ck_assert_msg(matmul_matches_scalar(&w, x, out, counts[c]) == 0, "%s, isa %d, %d tokens",
@@ -536,7 +536,7 @@ START_TEST(test_matmul_few_tokens_bitwise)
             random_row(ty, wmem + r * rb, rb, &seed);
         for (int i = 0; i < NT * k; i++)
             x[i] = sinf((float)(i + c) * 0.021f) * (float)(1 + i % 5);
-        lm_tensor w = {"w", ty, {k, ROWS}, wmem};
+        lm_tensor w = {"w", ty, {k, ROWS}, wmem, LM_LAYOUT_FILE};
         for (int n = 1; n <= NT; n++) {
             lm_matmul(out, &w, x, n, &s);
             ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d isa %d, %d tokens", lm_type_name(ty), k,
@@ -544,6 +544,64 @@ START_TEST(test_matmul_few_tokens_bitwise)
         }
     }
     mm_scratch_free(&s);
+}
+END_TEST
+
+/*
+ * Q4_0 rows in the lanes layout (lm/repack.c): the layout gives back the
+ * file's bytes, and a matrix in it multiplies to the bytes the file's
+ * layout gives, for one token, a few and a batch (the lanes kernels and the
+ * groups of 16), and again where the context's kernels do not read the
+ * layout and unpack each row first (AVX-512 without VBMI, AVX2, scalar).
+ */
+START_TEST(test_matmul_lanes_layout)
+{
+    enum { ROWS = 32, NT = 40, KL = 2048 };
+    static const int widths[] = {512, KL};
+    static const int counts[] = {1, 2, 3, 8, 9, 15, 16, 17, NT};
+    static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
+    static float x[NT * KL], want[NT * ROWS], got[NT * ROWS];
+    uint64_t seed = 41;
+    for (int i = 0; i < NT * KL; i++)
+        x[i] = sinf((float)i * 0.017f) * (float)(1 + i % 6);
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int k = widths[wi];
+        const size_t rb = lm_row_bytes(LM_Q4_0, k);
+        for (int r = 0; r < ROWS; r++)
+            random_row(LM_Q4_0, file + r * rb, rb, &seed);
+        memcpy(lanes, file, ROWS * rb);
+        for (size_t at = 0; at < ROWS * rb; at += 16 * 18)
+            lm_q4_0_to_lanes(lanes + at);
+        ck_assert(memcmp(lanes, file, ROWS * rb) != 0);
+        for (int r = 0; r < ROWS; r++)
+            lm_q4_0_from_lanes(lanes + r * rb, back + r * rb, k);
+        ck_assert_msg(!memcmp(back, file, ROWS * rb), "k=%d: the layout does not give the file's bytes back", k);
+        lm_tensor wf = {"w", LM_Q4_0, {k, ROWS}, file, LM_LAYOUT_FILE};
+        lm_tensor wl = {"w", LM_Q4_0, {k, ROWS}, lanes, LM_LAYOUT_Q4_0_LANES};
+        mm_scratch s = {0};
+        ck_assert(mm_scratch_init(&s, 2, k, NT) == 0);
+        const int isa = s.isa;
+        for (int path = 0; path < 4; path++) {
+            if (path == 1 && isa < LM_ISA_AVX512)
+                continue;
+            if (path == 1) /* AVX-512 without VBMI: rows unpacked, 16-row groups for batches */
+                s.vbmi = s.gfni = s.amx = 0;
+            if (path == 2 && isa < LM_ISA_AVX2)
+                continue;
+            if (path == 2)
+                s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = s.amx = 0;
+            if (path == 3)
+                s.isa = LM_ISA_SCALAR, s.vbmi = s.gfni = s.amx = 0;
+            for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                lm_matmul(want, &wf, x, counts[c], &s);
+                lm_matmul(got, &wl, x, counts[c], &s);
+                ck_assert_msg(!memcmp(want, got, (size_t)counts[c] * ROWS * sizeof *got),
+                              "k=%d isa %d vbmi %d, %d tokens: lanes layout != file layout", k, s.isa, s.vbmi,
+                              counts[c]);
+            }
+        }
+        mm_scratch_free(&s);
+    }
 }
 END_TEST
 
@@ -733,6 +791,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_row_b32_prepare_bitwise);
     tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_matmul_few_tokens_bitwise);
+    tcase_add_test(tc, test_matmul_lanes_layout);
     tcase_add_test(tc, test_quantize_act_bitwise);
     return tc;
 }
