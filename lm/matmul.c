@@ -535,13 +535,16 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * Q4_0 and Q5_0 rows in lanes (qrow_vbmi.c) from 16, of Q8_0 rows from 20
  * (prompts of 14 tokens: tinyllama Q8_0 180 -> 240 t/s, smollm2 Q8_0
  * 785 -> 1367, its Q4_K_M (Q5_0 rows) 892 -> 1103, tinyllama Q4_0 210 ->
- * 258; of 16-19 about even, Q8_0 still ahead).  Against AMX tiles the
+ * 258; of 16-19 about even, Q8_0 still ahead); rows rearranged into lanes
+ * (repack.c) from 28 (tinyllama Q4_0: 20 tokens 141-148 -> 192-202 t/s,
+ * 24 tokens 163-177 -> 193-198, 32 level).  Against AMX tiles the
  * crossing was not measured, so there groups start at 10 as before.
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int from = !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q8_0 ? 20 : 16; /* AMX: not measured */
+    const int from = lanes_native(w, s) ? 28 /* rearranged rows: the lanes kernels are faster still */
+                     : !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q8_0 ? 20 : 16; /* AMX: not measured */
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 
