@@ -250,7 +250,7 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 int lm_lanes_layout_native(void);
-int lm_lanes_layout_fits(const gguf_tensor *t);
+int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *in_lanes);
 
 /* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
 static inline int lm_b32_block_bytes(uint32_t t)

@@ -65,12 +65,62 @@ int lm_lanes_layout_native(void)
 }
 
 /* Whether tensor t, a matrix of whole steps in rows that come 16 at a time, takes the layout. */
-int lm_lanes_layout_fits(const gguf_tensor *t)
+static int layout_fits(const gguf_tensor *t)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
             return 0;
-    return t->type == LM_Q4_0 && t->n_dims >= 2 && t->ne[0] % (32 * STEP_BLOCKS) == 0 && t->ne[1] % 16 == 0 &&
-           t->nbytes == (uint64_t)t->ne[1] * (uint64_t)(t->ne[0] / 32 * 18) &&
+    return t->type == LM_Q4_0 && t->n_dims >= 2 && t->ne[0] % (32 * STEP_BLOCKS) == 0 && t->ne[1] > 0 &&
+           t->ne[1] % 16 == 0 && t->nbytes == (uint64_t)t->ne[1] * (uint64_t)(t->ne[0] / 32 * 18) &&
            strcmp(t->name, "token_embd.weight") != 0; /* embeddings are looked up row by row */
+}
+
+/* A tensor's bytes in the data section, to find tensors that share them. */
+typedef struct tensor_bytes {
+    uint64_t offset, end, index;
+} tensor_bytes;
+
+static int by_start(const void *a, const void *b)
+{
+    const tensor_bytes *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/*
+ * Clears ok[i] for every tensor i that shares bytes with another: a file
+ * whose tensors overlap (legal to read, odd to write) would otherwise
+ * find another tensor's bytes moved.  0, or -1 out of memory.
+ */
+static int keep_alone(const gguf_file *g, uint8_t *ok)
+{
+    tensor_bytes *all = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *all);
+    if (!all)
+        return -1;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        all[i] = (tensor_bytes){g->tensors[i].offset, g->tensors[i].offset + g->tensors[i].nbytes, i};
+    qsort(all, g->n_tensors, sizeof *all, by_start);
+    uint64_t reach = 0; /* the furthest end of the tensors before */
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        if ((i > 0 && reach > all[i].offset) || (i + 1 < g->n_tensors && all[i + 1].offset < all[i].end))
+            ok[all[i].index] = 0;
+        reach = all[i].end > reach ? all[i].end : reach;
+    }
+    free(all);
+    return 0;
+}
+
+/*
+ * in_lanes[i] = whether the copy of g's data section (size bytes) lays
+ * tensor i out in lanes: where the kernels read it natively, a matrix that
+ * fits, within the section, sharing no byte with another tensor.  0, or -1
+ * out of memory.
+ */
+int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *in_lanes)
+{
+    const int native = lm_lanes_layout_native();
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        in_lanes[i] = native && layout_fits(t) && t->offset <= size && t->nbytes <= size - t->offset;
+    }
+    return native ? keep_alone(g, in_lanes) : 0;
 }

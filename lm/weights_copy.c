@@ -161,14 +161,11 @@ static int plan_lanes(struct lm_copy *cp, const gguf_file *g)
     cp->spans = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *cp->spans);
     if (!cp->in_lanes || !cp->spans)
         return -1;
-    const int native = lm_lanes_layout_native();
-    for (uint64_t i = 0; native && i < g->n_tensors; i++) {
-        const gguf_tensor *t = &g->tensors[i];
-        if (!lm_lanes_layout_fits(t) || t->offset + t->nbytes > cp->size)
-            continue;
-        cp->in_lanes[i] = 1;
-        cp->spans[cp->n_spans++] = (lanes_span){(size_t)t->offset, (size_t)t->nbytes, 0};
-    }
+    if (lm_lanes_plan(g, cp->size, cp->in_lanes))
+        return -1;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (cp->in_lanes[i])
+            cp->spans[cp->n_spans++] = (lanes_span){(size_t)g->tensors[i].offset, (size_t)g->tensors[i].nbytes, 0};
     qsort(cp->spans, cp->n_spans, sizeof *cp->spans, by_offset);
     return 0;
 }

@@ -605,6 +605,39 @@ START_TEST(test_matmul_lanes_layout)
 }
 END_TEST
 
+/*
+ * Which tensors the weights' copy lays out in lanes: Q4_0 matrices of whole
+ * 16-block steps in rows 16 at a time, where the kernels read them
+ * natively; never the embeddings, a tensor past the data section, or one
+ * that shares bytes with another.
+ */
+START_TEST(test_lanes_plan)
+{
+    enum { STEP = 16 * 18 };
+    gguf_tensor t[] = {
+        {"a", 2, {512, 16, 1, 1}, LM_Q4_0, 0, 16 * STEP, NULL},                /* fits */
+        {"b", 2, {512, 16, 1, 1}, LM_Q4_0, 16 * STEP, 16 * STEP, NULL},        /* fits, right after a */
+        {"c", 2, {512, 16, 1, 1}, LM_Q4_0, 40 * STEP, 16 * STEP, NULL},        /* overlapped by d */
+        {"d", 2, {64, 8, 1, 1}, LM_F32, 50 * STEP, 2048, NULL},
+        {"token_embd.weight", 2, {512, 16, 1, 1}, LM_Q4_0, 60 * STEP, 16 * STEP, NULL},
+        {"e", 2, {512, 8, 1, 1}, LM_Q4_0, 80 * STEP, 8 * STEP, NULL},          /* 8 rows */
+        {"f", 2, {768, 16, 1, 1}, LM_Q4_0, 90 * STEP, 24 * STEP, NULL},        /* 1.5 steps a row */
+        {"g", 2, {512, 16, 1, 1}, LM_Q8_0, 120 * STEP, 16 * 544, NULL},        /* Q8_0 */
+        {"h", 3, {512, 16, 2, 1}, LM_Q4_0, 160 * STEP, 32 * STEP, NULL},       /* 3-D */
+        {"i", 2, {512, 16, 1, 1}, LM_Q4_0, 200 * STEP, 16 * STEP, NULL},       /* fits, at the section's end */
+    };
+    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+    gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
+    uint8_t got[sizeof t / sizeof t[0]];
+    ck_assert_int_eq(lm_lanes_plan(&g, 216 * STEP, got), 0);
+    const int native = lm_lanes_layout_native();
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        ck_assert_msg(got[i] == (want[i] && native), "tensor %s: %d", t[i].name, got[i]);
+    ck_assert_int_eq(lm_lanes_plan(&g, 215 * STEP, got), 0); /* i now ends past the section */
+    ck_assert_int_eq(got[9], 0);
+}
+END_TEST
+
 /* The fast paths of one type and width against the scalar ones, decoder and dots, at one isa. */
 static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, uint8_t act[][KMAX * 8],
                              float x[][KMAX], qrow_buf *ref, qrow_buf *fast)
@@ -792,6 +825,7 @@ TCase *tcase_kernels(void)
     tcase_add_test(tc, test_matmul_paths_bitwise);
     tcase_add_test(tc, test_matmul_few_tokens_bitwise);
     tcase_add_test(tc, test_matmul_lanes_layout);
+    tcase_add_test(tc, test_lanes_plan);
     tcase_add_test(tc, test_quantize_act_bitwise);
     return tc;
 }
