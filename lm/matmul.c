@@ -532,19 +532,21 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * Several tokens through a quantized matrix go 16 at a time (qgemm.c).
  * Fewer go row by row, where the kernels of a few tokens beat a group's
  * 16 lanes with lanes to spare: from 10 tokens on; with the blocks of
- * Q4_0 and Q5_0 rows in lanes (qrow_vbmi.c) from 16, of Q8_0 rows from 20
- * (prompts of 14 tokens: tinyllama Q8_0 180 -> 240 t/s, smollm2 Q8_0
- * 785 -> 1367, its Q4_K_M (Q5_0 rows) 892 -> 1103, tinyllama Q4_0 210 ->
- * 258; of 16-19 about even, Q8_0 still ahead); rows rearranged into lanes
- * (repack.c) from 28 (tinyllama Q4_0: 20 tokens 141-148 -> 192-202 t/s,
- * 24 tokens 163-177 -> 193-198, 32 level).  Against AMX tiles the
- * crossing was not measured, so there groups start at 10 as before.
+ * Q5_0 rows in lanes (qrow_vbmi.c) from 16, of Q4_0 and Q8_0 rows (as the
+ * file has them or rearranged, repack.c) from 28.  Prompts of 14 tokens:
+ * tinyllama Q8_0 180 -> 240 t/s, smollm2 Q8_0 785 -> 1367, its Q4_K_M
+ * (Q5_0 rows) 892 -> 1103, tinyllama Q4_0 210 -> 258.  Of 20 tokens, with
+ * groups from 28 instead of 16-20: tinyllama Q4_0 136-142 -> 164-183
+ * (rearranged 141-148 -> 192-202), qwen2.5-0.5b Q4_0 236-337 -> 370-382,
+ * smollm2 Q8_0 614-653 -> 778-812, tinyllama Q8_0 105-117 -> 117; of 24
+ * level to 1.2x, tinyllama Q8_0 4% slower; smollm2's Q5_0 rows slower, so
+ * they stay at 16.  Against AMX tiles the crossing was not measured, so
+ * there groups start at 10 as before.
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int from = lanes_native(w, s) ? 28 /* rearranged rows: the lanes kernels are faster still */
-                     : !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q8_0 ? 20 : 16; /* AMX: not measured */
+    const int from = !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q5_0 ? 16 : 28; /* AMX: not measured */
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 
