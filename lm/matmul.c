@@ -540,13 +540,18 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * (rearranged 141-148 -> 192-202), qwen2.5-0.5b Q4_0 236-337 -> 370-382,
  * smollm2 Q8_0 614-653 -> 778-812, tinyllama Q8_0 105-117 -> 117; of 24
  * level to 1.2x, tinyllama Q8_0 4% slower; smollm2's Q5_0 rows slower, so
- * they stay at 16.  Against AMX tiles the crossing was not measured, so
- * there groups start at 10 as before.
+ * they stay at 16.  Q4_K, Q5_K and Q6_K rows (qrow_k.c's kernels) from 14:
+ * tinyllama Q4_K_M prompts of 10-13 tokens 75-98 -> 115-122 t/s, smollm2's
+ * and qwen2.5-0.5b's level, 14 and up level.  Against AMX tiles the
+ * crossing was not measured, so there groups start at 10 as before.
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int from = !lanes_type(w, s) || s->amx ? 10 : w->type == LM_Q5_0 ? 16 : 28; /* AMX: not measured */
+    const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
+    const int from = s->amx ? 10 /* not measured */
+                     : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : 28)
+                     : k_quant ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 
