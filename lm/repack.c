@@ -27,7 +27,7 @@
 #define STEP_BLOCKS 16
 #define STEP_BYTES (STEP_BLOCKS * 18)
 
-/* Step s (the file's 288 bytes) into the lanes layout, in place. */
+/* A step of 16 blocks (the file's 288 bytes) into the lanes layout, in place. */
 void lm_q4_0_to_lanes(uint8_t *step)
 {
     uint8_t in[STEP_BYTES];
