@@ -55,8 +55,8 @@ struct lm_copy {
     int decoding;         /* a decode is reading the tensors */
     int stop;
     uint8_t *in_lanes;    /* per tensor: rearranged in the copy (LM_LAYOUT_Q4_0_LANES) */
-    lanes_span *spans;    /* those tensors by offset; the copy thread's */
-    size_t n_spans, next_span;
+    lanes_span *spans;    /* those tensors; the copy thread's */
+    size_t n_spans;
 };
 
 /* Whether the kernel hands out transparent huge pages to memory that asks (not "[never]"). */
@@ -111,13 +111,11 @@ static void set_moved(struct lm_copy *cp, size_t done, int decoding)
 static void rearrange_copied(struct lm_copy *cp, size_t upto)
 {
     const size_t step = 16 * 18; /* 16 Q4_0 blocks */
-    for (; cp->next_span < cp->n_spans; cp->next_span++) {
-        lanes_span *sp = &cp->spans[cp->next_span];
+    for (size_t i = 0; i < cp->n_spans; i++) { /* a few hundred spans, a look each per 2 MiB copied */
+        lanes_span *sp = &cp->spans[i];
         const size_t end = sp->offset + sp->bytes, to = upto < end ? upto : end;
         for (size_t at = sp->offset + sp->done; at + step <= to; at += step, sp->done += step)
             lm_q4_0_to_lanes(cp->dst + at);
-        if (sp->done < sp->bytes)
-            return;
     }
 }
 
@@ -148,12 +146,6 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-static int by_offset(const void *a, const void *b)
-{
-    const lanes_span *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
 /* Which tensors the copy rearranges (none where the kernels gain nothing); 0, or -1 out of memory. */
 static int plan_lanes(struct lm_copy *cp, const gguf_file *g)
 {
@@ -166,7 +158,6 @@ static int plan_lanes(struct lm_copy *cp, const gguf_file *g)
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if (cp->in_lanes[i])
             cp->spans[cp->n_spans++] = (lanes_span){(size_t)g->tensors[i].offset, (size_t)g->tensors[i].nbytes, 0};
-    qsort(cp->spans, cp->n_spans, sizeof *cp->spans, by_offset);
     return 0;
 }
 
