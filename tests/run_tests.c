@@ -40,6 +40,7 @@ int main(void)
     Suite *s = suite_create("kvchat");
     suite_add_tcase(s, tcase_quant());
     suite_add_tcase(s, tcase_kernels());
+    suite_add_tcase(s, tcase_matmul());
     suite_add_tcase(s, tcase_bounds());
     suite_add_tcase(s, tcase_layer_math());
     suite_add_tcase(s, tcase_gguf());

@@ -87,6 +87,7 @@ uint8_t *tiny_llama_swa(size_t *len, int tied, int window);
 
 TCase *tcase_quant(void);
 TCase *tcase_kernels(void);
+TCase *tcase_matmul(void);
 TCase *tcase_bounds(void);
 TCase *tcase_layer_math(void);
 TCase *tcase_gguf(void);

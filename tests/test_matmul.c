@@ -1,0 +1,230 @@
+/*
+ * tests/test_matmul.c - lm_matmul end to end against the scalar dot of
+ * each row and token, bit for bit, for one token, a few and a batch on
+ * every path this CPU has; and Q4_0 matrices in the lanes layout (the
+ * weights' copy, lm/repack.c) against the file's layout.
+ */
+#include "util.h"
+#include "qrows.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * out (n tokens x rows, token-major) against the scalar dot of each row of
+ * the matrix w (rows of type ty, k wide) and each token of x; 0 when all agree.
+ */
+static int matmul_matches_scalar(const lm_tensor *w, const float *x, const float *out, int n)
+{
+    static uint8_t act[K * 8];
+    static qrow_buf buf;
+    const uint32_t ty = w->type;
+    const int64_t k = w->ne[0], rows = w->ne[1];
+    const size_t rb = lm_row_bytes(ty, k);
+    for (int t = 0; t < n; t++) {
+        act_row ar;
+        lm_quantize_act(ty, x + t * k, act, k);
+        lm_act_layout(lm_act_type(ty), k, &ar, act);
+        for (int64_t r = 0; r < rows; r++) {
+            qrow_init(&buf);
+            lm_qrow_decode_scalar(&buf.r, ty, (const uint8_t *)w->data + r * rb, k);
+            float want = lm_qrow_dot(&buf.r, &ar, LM_ISA_SCALAR);
+            if (memcmp(&out[t * rows + r], &want, 4)) {
+                fprintf(stderr, "%s k=%ld, %d tokens: row %ld token %d: %a vs scalar %a\n", lm_type_name(ty),
+                        (long)k, n, (long)r, t, out[t * rows + r], want);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * lm_matmul end to end, on a matrix whose rows are not a multiple of 16
+ * (16-row tiles, then the rows left over) and for one token, a few and a
+ * batch (every kernel family), against the scalar dot of each row and token;
+ * where the CPU has AVX-512, the same again without VBMI and GFNI (as on
+ * Skylake-X: one token through the 16-row kernel) and through the AVX2 kernels.
+ */
+START_TEST(test_matmul_paths_bitwise)
+{
+    enum { ROWS = 37, NT = 40 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q4_K, LM_Q5_K, LM_Q6_K};
+    static const int counts[] = {1, 2, 5, 7, 12, 24, NT}; /* four-token tiles and the 1-3 left; 12, 24: row by row */
+    static uint8_t wmem[ROWS * K * 2];
+    static float x[NT * K], out[NT * ROWS];
+    uint64_t seed = 17;
+    for (int i = 0; i < NT * K; i++)
+        x[i] = cosf((float)i * 0.013f) * (float)(1 + i % 7);
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    const int isa = s.isa, amx = s.amx;
+    const size_t ntypes = sizeof types / sizeof types[0];
+    for (size_t ti = 0; ti < 4 * ntypes; ti++) {
+        uint32_t ty = types[ti % ntypes];
+        s.amx = amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        if (ti >= 2 * ntypes) {     /* AVX-512 without VBMI and GFNI (the 16-row kernel) */
+            if (isa < LM_ISA_AVX512)
+                break;
+            s.vbmi = s.gfni = 0;
+        }
+        if (ti >= 3 * ntypes) /* and through the AVX2 kernels */
+            s.isa = LM_ISA_AVX2;
+        size_t rb = lm_row_bytes(ty, K);
+        for (int r = 0; r < ROWS; r++)
+            random_row(ty, wmem + r * rb, rb, &seed);
+        lm_tensor w = {"w", ty, {K, ROWS}, wmem, LM_LAYOUT_FILE};
+        for (int c = 0; c < (int)(sizeof counts / sizeof counts[0]); c++) {
+            lm_matmul(out, &w, x, counts[c], &s);
+            ck_assert_msg(matmul_matches_scalar(&w, x, out, counts[c]) == 0, "%s, isa %d, %d tokens",
+                          lm_type_name(ty), s.isa, counts[c]);
+        }
+    }
+    mm_scratch_free(&s);
+}
+END_TEST
+
+/*
+ * One token and a few through Q4_0, Q5_0 and Q8_0 rows (1-19: the kernels of
+ * every token count, blocks in lanes where the CPU has VBMI), rows whose
+ * last step has 1-16 blocks (Q8_0's last 1-4 apart), against the scalar dot
+ * of each row and token; and the same through the AVX2 kernels (lanes of
+ * 1-16 blocks, 1-4 tokens a tile).
+ */
+START_TEST(test_matmul_few_tokens_bitwise)
+{
+    enum { ROWS = 19, NT = 19 };
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
+    static const int blocks[] = {1, 15, 16, 17, 18, 19, 20, 23, 24};
+    static uint8_t wmem[ROWS * K * 2];
+    static float x[NT * K], out[NT * ROWS];
+    uint64_t seed = 29;
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    const size_t cases = 3 * sizeof blocks / sizeof blocks[0];
+    for (size_t c = 0; c < 2 * cases; c++) {
+        if (c == cases) { /* again through the AVX2 kernels, where the CPU has AVX-512 */
+            if (s.isa < LM_ISA_AVX512)
+                break;
+            s.isa = LM_ISA_AVX2, s.amx = s.vbmi = s.gfni = 0;
+        }
+        const uint32_t ty = types[c % 3];
+        const int k = 32 * blocks[c % cases / 3];
+        const size_t rb = lm_row_bytes(ty, k);
+        for (int r = 0; r < ROWS; r++)
+            random_row(ty, wmem + r * rb, rb, &seed);
+        for (int i = 0; i < NT * k; i++)
+            x[i] = sinf((float)(i + c) * 0.021f) * (float)(1 + i % 5);
+        lm_tensor w = {"w", ty, {k, ROWS}, wmem, LM_LAYOUT_FILE};
+        for (int n = 1; n <= NT; n++) {
+            lm_matmul(out, &w, x, n, &s);
+            ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d isa %d, %d tokens", lm_type_name(ty), k,
+                          s.isa, n);
+        }
+    }
+    mm_scratch_free(&s);
+}
+END_TEST
+
+/*
+ * Q4_0 rows in the lanes layout (lm/repack.c): the layout gives back the
+ * file's bytes, and a matrix in it multiplies to the bytes the file's
+ * layout gives, for one token, a few and a batch (the lanes kernels and the
+ * groups of 16), and again where the context's kernels do not read the
+ * layout and unpack each row first (AVX-512 without VBMI, AVX2, scalar).
+ */
+START_TEST(test_matmul_lanes_layout)
+{
+    enum { ROWS = 32, NT = 40, KL = 2048 };
+    static const int widths[] = {512, KL};
+    static const int counts[] = {1, 2, 3, 8, 9, 15, 16, 17, NT};
+    static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
+    static float x[NT * KL], want[NT * ROWS], got[NT * ROWS];
+    uint64_t seed = 41;
+    for (int i = 0; i < NT * KL; i++)
+        x[i] = sinf((float)i * 0.017f) * (float)(1 + i % 6);
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int k = widths[wi];
+        const size_t rb = lm_row_bytes(LM_Q4_0, k);
+        for (int r = 0; r < ROWS; r++)
+            random_row(LM_Q4_0, file + r * rb, rb, &seed);
+        memcpy(lanes, file, ROWS * rb);
+        for (size_t at = 0; at < ROWS * rb; at += 16 * 18)
+            lm_q4_0_to_lanes(lanes + at);
+        ck_assert(memcmp(lanes, file, ROWS * rb) != 0);
+        for (int r = 0; r < ROWS; r++)
+            lm_q4_0_from_lanes(lanes + r * rb, back + r * rb, k);
+        ck_assert_msg(!memcmp(back, file, ROWS * rb), "k=%d: the layout does not give the file's bytes back", k);
+        lm_tensor wf = {"w", LM_Q4_0, {k, ROWS}, file, LM_LAYOUT_FILE};
+        lm_tensor wl = {"w", LM_Q4_0, {k, ROWS}, lanes, LM_LAYOUT_Q4_0_LANES};
+        mm_scratch s = {0};
+        ck_assert(mm_scratch_init(&s, 2, k, NT) == 0);
+        const int isa = s.isa;
+        for (int path = 0; path < 4; path++) {
+            if (path == 1 && isa < LM_ISA_AVX512)
+                continue;
+            if (path == 1) /* AVX-512 without VBMI: rows unpacked, 16-row groups for batches */
+                s.vbmi = s.gfni = s.amx = 0;
+            if (path == 2 && isa < LM_ISA_AVX2)
+                continue;
+            if (path == 2)
+                s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = s.amx = 0;
+            if (path == 3)
+                s.isa = LM_ISA_SCALAR, s.vbmi = s.gfni = s.amx = 0;
+            for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                lm_matmul(want, &wf, x, counts[c], &s);
+                lm_matmul(got, &wl, x, counts[c], &s);
+                ck_assert_msg(!memcmp(want, got, (size_t)counts[c] * ROWS * sizeof *got),
+                              "k=%d isa %d vbmi %d, %d tokens: lanes layout != file layout", k, s.isa, s.vbmi,
+                              counts[c]);
+            }
+        }
+        mm_scratch_free(&s);
+    }
+}
+END_TEST
+
+/*
+ * Which tensors the weights' copy lays out in lanes: Q4_0 matrices of whole
+ * 16-block steps in rows 16 at a time, where the kernels read them
+ * natively; never the embeddings, a tensor past the data section, or one
+ * that shares bytes with another.
+ */
+START_TEST(test_lanes_plan)
+{
+    enum { STEP = 16 * 18 };
+    gguf_tensor t[] = {
+        {"a", 2, {512, 16, 1, 1}, LM_Q4_0, 0, 16 * STEP, NULL},                /* fits */
+        {"b", 2, {512, 16, 1, 1}, LM_Q4_0, 16 * STEP, 16 * STEP, NULL},        /* fits, right after a */
+        {"c", 2, {512, 16, 1, 1}, LM_Q4_0, 40 * STEP, 16 * STEP, NULL},        /* overlapped by d */
+        {"d", 2, {64, 8, 1, 1}, LM_F32, 50 * STEP, 2048, NULL},
+        {"token_embd.weight", 2, {512, 16, 1, 1}, LM_Q4_0, 60 * STEP, 16 * STEP, NULL},
+        {"e", 2, {512, 8, 1, 1}, LM_Q4_0, 80 * STEP, 8 * STEP, NULL},          /* 8 rows */
+        {"f", 2, {768, 16, 1, 1}, LM_Q4_0, 90 * STEP, 24 * STEP, NULL},        /* 1.5 steps a row */
+        {"g", 2, {512, 16, 1, 1}, LM_Q8_0, 120 * STEP, 16 * 544, NULL},        /* Q8_0 */
+        {"h", 3, {512, 16, 2, 1}, LM_Q4_0, 160 * STEP, 32 * STEP, NULL},       /* 3-D */
+        {"i", 2, {512, 16, 1, 1}, LM_Q4_0, 200 * STEP, 16 * STEP, NULL},       /* fits, at the section's end */
+    };
+    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+    gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
+    uint8_t got[sizeof t / sizeof t[0]];
+    ck_assert_int_eq(lm_lanes_plan(&g, 216 * STEP, got), 0);
+    const int native = lm_lanes_layout_native();
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        ck_assert_msg(got[i] == (want[i] && native), "tensor %s: %d", t[i].name, got[i]);
+    ck_assert_int_eq(lm_lanes_plan(&g, 215 * STEP, got), 0); /* i now ends past the section */
+    ck_assert_int_eq(got[9], 0);
+}
+END_TEST
+
+TCase *tcase_matmul(void)
+{
+    TCase *tc = tcase_create("matmul");
+    tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
+    tcase_add_test(tc, test_matmul_paths_bitwise);
+    tcase_add_test(tc, test_matmul_few_tokens_bitwise);
+    tcase_add_test(tc, test_matmul_lanes_layout);
+    tcase_add_test(tc, test_lanes_plan);
+    return tc;
+}
