@@ -109,7 +109,7 @@ KQ static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib,
         const __m512i shift = _mm512_set_epi64(2 * 0x0001000100010001ll, 2 * 0x0001000100010001ll,
                                                2 * 0x0001000100010001ll, 2 * 0x0001000100010001ll, 0, 0, 0, 0);
         const __m512i m30 = _mm512_set1_epi8(0x30);
-        __m512i x = _mm512_loadu_si512(blk + 64 * p);
+        const __m512i x = load_once512(blk + 64 * p);
         __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * p)));
         h = _mm512_srlv_epi16(h, shift);
         c[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(x, m4), _mm512_slli_epi16(h, 4), m30, 0xf8);
@@ -118,7 +118,7 @@ KQ static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib,
     }
     /* Q4_K/Q5_K: ql bytes 64p+l hold code 128p+l (low nibble) and 128p+32+l
        (high), bytes 64p+32+l codes 128p+64+l and 128p+96+l */
-    __m512i x = _mm512_loadu_si512(blk + (t == LM_Q4_K ? 16 : 48) + 64 * p);
+    const __m512i x = load_once512(blk + (t == LM_Q4_K ? 16 : 48) + 64 * p);
     __m512i lo = _mm512_and_si512(x, m4), hi = high_nibbles(x);
     if (t == LM_Q5_K) { /* bit j of qh byte l: the fifth bit of code 32j + l */
         const __m512i shift = _mm512_set_epi64(0x0001000100010001ll * (4 * p + 2), 0x0001000100010001ll * (4 * p + 2),

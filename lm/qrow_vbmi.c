@@ -423,7 +423,7 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         const __m512i m4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            const __m512i x = _mm512_loadu_si512(w + 64 * q);
+            const __m512i x = load_once512(w + 64 * q);
             u[q] = _mm512_and_si512(x, m4);
             u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
         }
@@ -501,7 +501,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         const __mmask16 live = (__mmask16)((1u << m) - 1);
         __m512i u[8];
         __m512 dw;
-        lm_prefetch_ahead(row + bs * (size_t)b, bs * (size_t)m, n);
+        lm_prefetch_ahead(row + bs * (size_t)b, t == LM_Q4_0_LANES ? 288 : bs * (size_t)m, n); /* (whole steps: a constant) */
         if (t == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
 #pragma GCC unroll 8
