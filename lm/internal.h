@@ -237,10 +237,23 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * 80: 10.11-10.31 ms at 716 cached tokens against 10.41-10.57 into L2).
  * The Zen 5 of an earlier session liked 6 KiB into L1 for one token too
  * (when it read at 65-77 GB/s, tinyllama Q4_0 56.0 GB/s against 42-47 with
- * 8 KiB into L2), and the Xeon before it 8 KiB into L2.
+ * 8 KiB into L2), and the Xeon before it 8 KiB into L2.  Measured again
+ * once the kernels loaded each weight byte once (2026-11-24, tinyllama's
+ * 154 matrices one token at a time, two threads, as a share of the
+ * machine's read speed beside them, ten rounds alternated): into L2, 6 KiB
+ * beat 3, 4, 5, 5.5, 6.5, 7, 8, 12 and 16; against 8, Q4_0 (lanes) 93 ->
+ * 95% when the machine read 35 GB/s and 77 -> 82% at 50-60, Q4_K 92 -> 96%
+ * and level; Q8_0 94 -> 98% but 88 -> 83%, so Q8_0 stays at 8 KiB.
  */
-#define LM_PREFETCH_ONE 8192 /* bytes ahead, into L2, when a row meets one token */
-#define LM_PREFETCH_FEW 6144 /* into L1, when it meets several */
+#define LM_PREFETCH_ONE 6144    /* bytes ahead, into L2, when a row meets one token */
+#define LM_PREFETCH_ONE_Q8 8192 /* the same through Q8_0 rows, which take less work a byte */
+#define LM_PREFETCH_FEW 6144    /* into L1, when it meets several */
+
+/* How far ahead a kernel taking one token through rows of type t asks for them. */
+static inline size_t lm_prefetch_one(uint32_t t)
+{
+    return t == LM_Q8_0 ? LM_PREFETCH_ONE_Q8 : LM_PREFETCH_ONE;
+}
 
 /*
  * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
@@ -266,13 +279,19 @@ static inline float lm_half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
+/* The n bytes `ahead` bytes past p, into L2, for a kernel of one token. */
+static inline void lm_prefetch_one_ahead(const uint8_t *p, size_t n, size_t ahead)
+{
+#pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
+    for (size_t off = 0; off < n; off += 64)
+        __builtin_prefetch(p + ahead + off, 0, 2); /* prefetcht1: into L2 */
+}
+
 /* The n bytes ahead of p that a kernel of ntok tokens reads next. */
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok)
 {
     if (ntok == 1) {
-#pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
-        for (size_t off = 0; off < n; off += 64)
-            __builtin_prefetch(p + LM_PREFETCH_ONE + off, 0, 2); /* prefetcht1: into L2 */
+        lm_prefetch_one_ahead(p, n, LM_PREFETCH_ONE);
     } else {
 #pragma GCC unroll 8
         for (size_t off = 0; off < n; off += 64)

@@ -373,8 +373,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
 }
 
 /*
- * The first LM_PREFETCH_ONE bytes of a run of rows, asked for at once: the
- * kernels ask for the bytes that far ahead of those they read, so a run's
+ * The first bytes of a run of rows, asked for at once: the kernels ask for
+ * the bytes lm_prefetch_one ahead of those they read, so a run's
  * start would otherwise wait on memory line by line, and a thread starts
  * a run several times a matrix (runs handed out guided, seven matrices a
  * layer).  tinyllama Q4_0's 154 matrices one token at a time, two threads,
@@ -382,9 +382,10 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  * when it read 35 GB/s, 75 -> 76% at 50-60; `kvchat bench -n 64` on the
  * three tinyllamas, four rounds: 86-93 -> 90-94% at 35.
  */
-static void ask_run_start(const uint8_t *run, size_t bytes)
+static void ask_run_start(uint32_t type, const uint8_t *run, size_t bytes)
 {
-    prefetch_span(run, 0, bytes < LM_PREFETCH_ONE ? bytes : LM_PREFETCH_ONE);
+    const size_t ahead = lm_prefetch_one(type);
+    prefetch_span(run, 0, bytes < ahead ? bytes : ahead);
 }
 
 #define RUN_BYTES 65536 /* weight bytes of a run of rows for the fast kernels, about */
@@ -417,7 +418,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         for (int64_t u = 0; u < runs; u++) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
             if (nt == 1)
-                ask_run_start(base + (size_t)a * row_bytes, (size_t)(e - a) * row_bytes);
+                ask_run_start(w->type, base + (size_t)a * row_bytes, (size_t)(e - a) * row_bytes);
             fast_rows(out, w, a, e, t0, nt, acts, s);
         }
         return;
