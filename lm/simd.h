@@ -22,8 +22,8 @@
 /*
  * A vector of 64 weight bytes read from memory once.  A kernel that takes
  * both nibbles of each byte uses the vector twice, and GCC folds the load
- * into both uses: two loads of every weight byte, where the one-token
- * kernels are bound by loads (Q4_0 in lanes, one thread, rows from L2:
+ * into both uses: two loads of every weight byte, where loads are much of
+ * a one-token kernel's work (Q4_0 in lanes, one thread, rows from L2:
  * 20.8 -> 17.9 ticks a 16-block step with one load).  The empty asm makes
  * the value opaque, so it stays in the register it was loaded into.
  */
