@@ -562,13 +562,16 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * tinyllama Q4_K_M prompts of 10-13 tokens 75-98 -> 115-122 t/s, smollm2's
  * and qwen2.5-0.5b's level, 14 and up level.  Against AMX tiles the
  * crossing was not measured, so there groups start at 10 as before.
+ * Short Q4_0 and Q8_0 rows (under 1024 columns) go row by row up to 31:
+ * smollm2 Q8_0 (576) pp28 939 -> 1024, pp30 1004 -> 1049 (medians of four
+ * alternations), qwen2.5-0.5b Q4_0 (896) level.
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
     const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
     const int from = s->amx ? 10 /* not measured */
-                     : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : 28)
+                     : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : w->ne[0] < 1024 ? 32 : 28)
                      : k_quant ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
