@@ -279,19 +279,14 @@ static inline float lm_half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
-/* The n bytes `ahead` bytes past p, into L2, for a kernel of one token. */
-static inline void lm_prefetch_one_ahead(const uint8_t *p, size_t n, size_t ahead)
-{
-#pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
-    for (size_t off = 0; off < n; off += 64)
-        __builtin_prefetch(p + ahead + off, 0, 2); /* prefetcht1: into L2 */
-}
-
-/* The n bytes ahead of p that a kernel of ntok tokens reads next. */
-static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok)
+/* The n bytes ahead of p that a kernel of ntok tokens through rows of type t reads next. */
+static inline void lm_prefetch_ahead(uint32_t t, const uint8_t *p, size_t n, int ntok)
 {
     if (ntok == 1) {
-        lm_prefetch_one_ahead(p, n, LM_PREFETCH_ONE);
+        const size_t ahead = lm_prefetch_one(t);
+#pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
+        for (size_t off = 0; off < n; off += 64)
+            __builtin_prefetch(p + ahead + off, 0, 2); /* prefetcht1: into L2 */
     } else {
 #pragma GCC unroll 8
         for (size_t off = 0; off < n; off += 64)

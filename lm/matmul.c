@@ -211,7 +211,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                lm_prefetch_ahead(raw, row_bytes, nt);
+                lm_prefetch_ahead(w->type, raw, row_bytes, nt);
                 if (in_lanes(w) && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
                     continue;
                 const uint8_t *row = file_row(w, c * 16 + m + i, row_bytes, s);
@@ -433,7 +433,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
         }
-        lm_prefetch_ahead(base + (size_t)i * row_bytes, row_bytes, nt); /* the fused kernels prefetch as they go */
+        lm_prefetch_ahead(w->type, base + (size_t)i * row_bytes, row_bytes, nt); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         lm_qrow_dots(r, acts + t0, nt, out + (size_t)t0 * rows + i, (size_t)rows, s->isa);
     }

@@ -231,7 +231,7 @@ AVX512 static INLINE __m512i step_pair(const act_row *a, int64_t b, int p, int n
 AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs, int m, int ntok, __m512i u[8],
                                       __m512 *dw)
 {
-    lm_prefetch_ahead(blk, (size_t)m * bs, ntok);
+    lm_prefetch_ahead(t, blk, (size_t)m * bs, ntok);
     if (m == 16) {
         _Pragma("GCC unroll 8")
         for (int p = 0; p < 8; p++)

@@ -131,7 +131,7 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
         return 0;
     const int64_t nb = p->k / 32;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
-    lm_prefetch_ahead(row, (size_t)nb * 18, 16); /* the rows after this one, which come next */
+    lm_prefetch_ahead(type, row, (size_t)nb * 18, 16); /* the rows after this one, which come next */
     for (int64_t b = 0; b < nb; b++)
         _mm256_storeu_si256((__m256i *)(s8 + 32 * b), q4_0_s8(row + (size_t)b * 18));
     block_scales(p->d + m * nb, row, 18, nb);
