@@ -260,6 +260,7 @@ static inline size_t lm_prefetch_one(uint32_t t)
  * of 16 blocks; LM_Q4_0_LANES names them to the kernels that take a type.
  */
 #define LM_Q4_0_LANES 0x100
+#define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 int lm_lanes_layout_native(void);

@@ -501,7 +501,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         const __mmask16 live = (__mmask16)((1u << m) - 1);
         __m512i u[8];
         __m512 dw;
-        const size_t step = t == LM_Q4_0_LANES ? 288 : bs * (size_t)m; /* (whole steps: a constant) */
+        const size_t step = t == LM_Q4_0_LANES ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
         lm_prefetch_ahead(t, row + bs * (size_t)b, step, n);
         if (t == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));

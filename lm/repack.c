@@ -25,7 +25,7 @@
 #include <string.h>
 
 #define STEP_BLOCKS 16
-#define STEP_BYTES (STEP_BLOCKS * 18)
+#define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
 /* A step of 16 blocks (the file's 288 bytes) into the lanes layout, in place. */
 void lm_q4_0_to_lanes(uint8_t *step)

@@ -110,7 +110,7 @@ static void set_moved(struct lm_copy *cp, size_t done, int decoding)
 /* The steps of the rearranged tensors that now lie wholly in the copy's first `upto` bytes. */
 static void rearrange_copied(struct lm_copy *cp, size_t upto)
 {
-    const size_t step = 16 * 18; /* 16 Q4_0 blocks */
+    const size_t step = LM_Q4_0_STEP_BYTES;
     for (size_t i = 0; i < cp->n_spans; i++) { /* a few hundred spans, a look each per 2 MiB copied */
         lanes_span *sp = &cp->spans[i];
         const size_t end = sp->offset + sp->bytes, to = upto < end ? upto : end;

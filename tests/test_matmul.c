@@ -151,7 +151,7 @@ START_TEST(test_matmul_lanes_layout)
         for (int r = 0; r < ROWS; r++)
             random_row(LM_Q4_0, file + r * rb, rb, &seed);
         memcpy(lanes, file, ROWS * rb);
-        for (size_t at = 0; at < ROWS * rb; at += 16 * 18)
+        for (size_t at = 0; at < ROWS * rb; at += LM_Q4_0_STEP_BYTES)
             lm_q4_0_to_lanes(lanes + at);
         ck_assert(memcmp(lanes, file, ROWS * rb) != 0);
         for (int r = 0; r < ROWS; r++)
@@ -194,7 +194,7 @@ END_TEST
  */
 START_TEST(test_lanes_plan)
 {
-    enum { STEP = 16 * 18 };
+    enum { STEP = LM_Q4_0_STEP_BYTES };
     gguf_tensor t[] = {
         {"a", 2, {512, 16, 1, 1}, LM_Q4_0, 0, 16 * STEP, NULL},                /* fits */
         {"b", 2, {512, 16, 1, 1}, LM_Q4_0, 16 * STEP, 16 * STEP, NULL},        /* fits, right after a */
