@@ -59,6 +59,7 @@ typedef struct act_row {
     int windows;       /* 1 once qw and ncw hold this row's values */
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
     int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */
+    int klanes;        /* 1 once they hold rearranged Q4_K's order (lm_act_klanes) */
 } act_row;
 
 /*
@@ -137,6 +138,7 @@ void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, 
 /* qrow_k.c: Q4_K, Q5_K and Q6_K rows through a few tokens, 8 at a time (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8
 void lm_act_nibbles(act_row *a); /* fills qw with the codes in Q4_K/Q5_K's nibble order */
+void lm_act_klanes(act_row *a);  /* fills qw, ncw in the order of rearranged Q4_K rows (LM_Q4_K_LANES) */
 /* nr rows rb bytes apart through n tokens: out[ldo * j + r]; 0 for other types. */
 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                      const act_row *a, int n, float *out, size_t ldo);
@@ -257,14 +259,24 @@ static inline size_t lm_prefetch_one(uint32_t t)
 
 /*
  * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
- * of 16 blocks; LM_Q4_0_LANES names them to the kernels that take a type.
+ * of 16 blocks, and Q4_K rows in theirs (LM_LAYOUT_Q4_K_LANES), in steps
+ * of 4 super-blocks; LM_Q4_0_LANES and LM_Q4_K_LANES name them to the
+ * kernels that take a type.
  */
 #define LM_Q4_0_LANES 0x100
+#define LM_Q4_K_LANES 0x101
 #define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
+#define LM_Q4_K_STEP_BYTES 576 /* 4 Q4_K super-blocks */
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
+void lm_q4_k_to_lanes(uint8_t *row, int64_t k);
+void lm_q4_k_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
+size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */
+void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in place */
+void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */
 int lm_lanes_layout_native(void);
-int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *in_lanes);
+int lm_klanes_layout_native(void);
+int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout);
 
 /* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
 static inline int lm_b32_block_bytes(uint32_t t)

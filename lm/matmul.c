@@ -165,10 +165,10 @@ void mm_scratch_free(mm_scratch *s)
     s->act = NULL;
 }
 
-/* Whether w's rows are rearranged into lanes (repack.c). */
+/* Whether w's rows are rearranged (repack.c). */
 static int in_lanes(const lm_tensor *w)
 {
-    return w->layout == LM_LAYOUT_Q4_0_LANES;
+    return w->layout != LM_LAYOUT_FILE;
 }
 
 /* Whether this context's kernels read them as they lie (elsewhere each row is unpacked first). */
@@ -184,7 +184,7 @@ static const uint8_t *file_row(const lm_tensor *w, int64_t i, size_t rb, mm_scra
     if (!in_lanes(w))
         return row;
     uint8_t *buf = s->file_rows[omp_get_thread_num()];
-    lm_q4_0_from_lanes(row, buf, w->ne[0]);
+    lm_layout_undo(w->layout, row, buf, w->ne[0]);
     return buf;
 }
 
@@ -212,7 +212,10 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
                 lm_prefetch_ahead(w->type, raw, row_bytes, nt);
-                if (in_lanes(w) && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
+                if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
+                    continue;
+                if (w->layout == LM_LAYOUT_Q4_K_LANES && lanes_native(w, s) &&
+                    lm_row_k_prepare(LM_Q4_K_LANES, raw, k, &r[i]))
                     continue;
                 const uint8_t *row = file_row(w, c * 16 + m + i, row_bytes, s);
                 if (lm_row_k_prepare(w->type, row, k, &r[i]) || lm_row_b32_prepare(w->type, row, k, &r[i]))
@@ -351,6 +354,12 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)a * rb;
     float *o = out + (size_t)t0 * rows + a;
+    if (w->layout == LM_LAYOUT_Q4_K_LANES) { /* rearranged: each lane adds up its groups */
+        if (!lanes_native(w, s) || !acts[t0].klanes)
+            return 0;
+        return (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(LM_Q4_K_LANES, row, rb, e - a, k, acts + t0, nt, o,
+                                                             (size_t)rows);
+    }
     if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
         if (!lanes_native(w, s) || !acts[t0].lanes)
             return 0;
@@ -453,11 +462,13 @@ static int acts_fit(const lm_tensor *a, const lm_tensor *b)
 }
 
 /* How a token's rounded row is laid out for the kernel that will take it through w. */
-enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES };
+enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES, LAYOUT_KLANES };
 
 static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
     const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
+    if (w->layout == LM_LAYOUT_Q4_K_LANES)
+        return lanes_native(w, s) && !grouped ? LAYOUT_KLANES : LAYOUT_AS_ROUNDED;
     if (in_lanes(w))
         return lanes_native(w, s) && !grouped ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;
     if (n_tok == 1 && s->vbmi && b32)
@@ -489,6 +500,7 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     case LAYOUT_WINDOWS: lm_act_windows(a); break;
     case LAYOUT_LANES: lm_act_lanes(a); break;
     case LAYOUT_NIBBLES: lm_act_nibbles(a); break;
+    case LAYOUT_KLANES: lm_act_klanes(a); break;
     }
 }
 

@@ -78,7 +78,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     r->qw = (int8_t *)p;
     r->ncw = (int32_t *)(p + (k / QK + 15) / 16 * 512);
     r->dt = (float *)(p + (k / QK + 15) / 16 * (512 + 256));
-    r->windows = r->nibbles = r->lanes = 0;
+    r->windows = r->nibbles = r->lanes = r->klanes = 0;
     r->f = (float *)base;
 }
 

@@ -19,9 +19,10 @@
  * Nothing is copied when the kernel gives no huge pages, when the copy
  * would take more than half the memory available (models larger than RAM
  * stay mapped and read from the file), or when KVCHAT_MMAP is set.
- * Where the kernels read them faster so, Q4_0 matrices are rearranged as
- * they are copied (repack.c), each 288-byte step before the copy counts it
- * done; a tensor adopted with its data takes its layout.
+ * Where the kernels read them faster so, Q4_0 and Q4_K matrices are
+ * rearranged as they are copied (repack.c), each unit (a Q4_0 step, a Q4_K
+ * row) before the copy counts it done; a tensor adopted with its data
+ * takes its layout.
  */
 #include "internal.h"
 
@@ -37,9 +38,11 @@
 #define HUGE_PAGE ((size_t)2 << 20)
 #define COPY_CHUNK HUGE_PAGE /* bytes between two looks at stop, and published at once */
 
-/* A tensor rearranged as it is copied: its bytes in the data section, and how far it is done. */
+/* A tensor rearranged as it is copied: its bytes in the data section, how far it is done, in units of how many bytes. */
 typedef struct lanes_span {
-    size_t offset, bytes, done;
+    size_t offset, bytes, done, unit;
+    int layout;
+    int64_t k;
 } lanes_span;
 
 struct lm_copy {
@@ -54,7 +57,7 @@ struct lm_copy {
     size_t done;          /* bytes of the data section copied */
     int decoding;         /* a decode is reading the tensors */
     int stop;
-    uint8_t *in_lanes;    /* per tensor: rearranged in the copy (LM_LAYOUT_Q4_0_LANES) */
+    uint8_t *layout;      /* per tensor: its layout in the copy (LM_LAYOUT_*) */
     lanes_span *spans;    /* those tensors; the copy thread's */
     size_t n_spans;
 };
@@ -110,12 +113,11 @@ static void set_moved(struct lm_copy *cp, size_t done, int decoding)
 /* The steps of the rearranged tensors that now lie wholly in the copy's first `upto` bytes. */
 static void rearrange_copied(struct lm_copy *cp, size_t upto)
 {
-    const size_t step = LM_Q4_0_STEP_BYTES;
     for (size_t i = 0; i < cp->n_spans; i++) { /* a few hundred spans, a look each per 2 MiB copied */
         lanes_span *sp = &cp->spans[i];
         const size_t end = sp->offset + sp->bytes, to = upto < end ? upto : end;
-        for (size_t at = sp->offset + sp->done; at + step <= to; at += step, sp->done += step)
-            lm_q4_0_to_lanes(cp->dst + at);
+        for (size_t at = sp->offset + sp->done; at + sp->unit <= to; at += sp->unit, sp->done += sp->unit)
+            lm_layout_apply(sp->layout, cp->dst + at, sp->k);
     }
 }
 
@@ -149,22 +151,26 @@ static void *copy_main(void *arg)
 /* Which tensors the copy rearranges (none where the kernels gain nothing); 0, or -1 out of memory. */
 static int plan_lanes(struct lm_copy *cp, const gguf_file *g)
 {
-    cp->in_lanes = calloc(g->n_tensors ? g->n_tensors : 1, 1);
+    cp->layout = calloc(g->n_tensors ? g->n_tensors : 1, 1);
     cp->spans = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *cp->spans);
-    if (!cp->in_lanes || !cp->spans)
+    if (!cp->layout || !cp->spans)
         return -1;
-    if (lm_lanes_plan(g, cp->size, cp->in_lanes))
+    if (lm_lanes_plan(g, cp->size, cp->layout))
         return -1;
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (cp->in_lanes[i])
-            cp->spans[cp->n_spans++] = (lanes_span){(size_t)g->tensors[i].offset, (size_t)g->tensors[i].nbytes, 0};
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (cp->layout[i])
+            cp->spans[cp->n_spans++] = (lanes_span){(size_t)t->offset, (size_t)t->nbytes, 0,
+                                                    lm_layout_unit(cp->layout[i], t->ne[0]), cp->layout[i],
+                                                    t->ne[0]};
+    }
     return 0;
 }
 
 static void free_copy(struct lm_copy *cp)
 {
     munmap(cp->region, cp->region_size);
-    free(cp->in_lanes);
+    free(cp->layout);
     free(cp->spans);
     free(cp);
 }
@@ -223,7 +229,7 @@ static size_t adopt(const lm_model *m, struct lm_copy *cp)
             all = 0;
         } else if (m->tensors[i].data != cp->dst + t->offset) {
             m->tensors[i].data = cp->dst + t->offset;
-            m->tensors[i].layout = cp->in_lanes[i] ? LM_LAYOUT_Q4_0_LANES : LM_LAYOUT_FILE;
+            m->tensors[i].layout = cp->layout[i];
             /* pages a decode faulted in again after the copy dropped them:
                nothing reads them now */
             drop_mapped(cp->src + t->offset, (size_t)t->nbytes);

@@ -369,9 +369,9 @@ static int huge_pages_on(void)
  * tensor reads from the copy, byte for byte the file's, and logits equal
  * those read from the mapping bit for bit; so do those of a fresh model
  * evaluated a token at a time, whose copy runs between its decodes and is
- * adopted, as far as it got, before each.  Q4_0 matrices that the kernels
- * read faster rearranged (lm/repack.c) are in the lanes layout in the copy,
- * and give the file's bytes back.
+ * adopted, as far as it got, before each.  Q4_0 and Q4_K matrices that the
+ * kernels read faster rearranged (lm/repack.c) are in their lanes layouts
+ * in the copy, and give the file's bytes back.
  */
 START_TEST(test_weights_copy)
 {
@@ -405,11 +405,13 @@ START_TEST(test_weights_copy)
         ck_assert_msg(settled.tensors[i].data != t->data, "%s still mapped", t->name);
         const uint8_t *bytes = settled.tensors[i].data;
         uint8_t *back = NULL;
-        if (settled.tensors[i].layout == LM_LAYOUT_Q4_0_LANES) {
-            const size_t rb = lm_row_bytes(LM_Q4_0, t->ne[0]);
-            ck_assert(t->type == LM_Q4_0 && (back = malloc((size_t)t->nbytes)));
+        const int layout = settled.tensors[i].layout;
+        if (layout != LM_LAYOUT_FILE) {
+            const size_t rb = lm_row_bytes(t->type, t->ne[0]);
+            ck_assert(t->type == (layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K : LM_Q4_0));
+            ck_assert((back = malloc((size_t)t->nbytes)));
             for (int64_t r = 0; r < t->ne[1]; r++)
-                lm_q4_0_from_lanes(bytes + r * rb, back + r * rb, t->ne[0]);
+                lm_layout_undo(layout, bytes + r * rb, back + r * rb, t->ne[0]);
             bytes = back, in_lanes++;
         }
         ck_assert_msg(!memcmp(bytes, t->data, (size_t)t->nbytes), "%s differs", t->name);

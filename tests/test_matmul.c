@@ -128,57 +128,76 @@ START_TEST(test_matmul_few_tokens_bitwise)
 }
 END_TEST
 
+/* A matrix of `rows` rows into the layout, in place, unit by unit as the weights' copy does it. */
+static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
+{
+    const size_t unit = lm_layout_unit(layout, k), bytes = (size_t)rows * lm_row_bytes(layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K : LM_Q4_0, k);
+    for (size_t at = 0; at < bytes; at += unit)
+        lm_layout_apply(layout, m + at, k);
+}
+
 /*
- * Q4_0 rows in the lanes layout (lm/repack.c): the layout gives back the
- * file's bytes, and a matrix in it multiplies to the bytes the file's
- * layout gives, for one token, a few and a batch (the lanes kernels and the
- * groups of 16), and again where the context's kernels do not read the
- * layout and unpack each row first (AVX-512 without VBMI, AVX2, scalar).
+ * Q4_0 and Q4_K rows in their lanes layouts (lm/repack.c): the layout
+ * gives back the file's bytes, and a matrix in it multiplies to the bytes
+ * the file's layout gives, for one token, a few and a batch (the lanes
+ * kernels and the groups of 16), and again where the context's kernels do
+ * not read the layout and unpack each row first (AVX-512 without VBMI,
+ * AVX2, scalar).  Q4_K rows of 5 and 22 super-blocks end on super-blocks
+ * the layout leaves as they are.
  */
 START_TEST(test_matmul_lanes_layout)
 {
-    enum { ROWS = 32, NT = 40, KL = 2048 };
-    static const int widths[] = {512, KL};
-    static const int counts[] = {1, 2, 3, 8, 9, 15, 16, 17, NT};
+    enum { ROWS = 32, NT = 40, KL = 5632 };
+    static const struct { int layout, type, k; } cases[] = {
+        {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 512},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 2048},
+        {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1280},
+        {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
+    };
+    static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, NT};
     static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
     static float x[NT * KL], want[NT * ROWS], got[NT * ROWS];
     uint64_t seed = 41;
     for (int i = 0; i < NT * KL; i++)
         x[i] = sinf((float)i * 0.017f) * (float)(1 + i % 6);
-    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-        const int k = widths[wi];
-        const size_t rb = lm_row_bytes(LM_Q4_0, k);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int k = cases[ci].k, layout = cases[ci].layout;
+        const uint32_t type = (uint32_t)cases[ci].type;
+        const size_t rb = lm_row_bytes(type, k);
         for (int r = 0; r < ROWS; r++)
-            random_row(LM_Q4_0, file + r * rb, rb, &seed);
+            random_row(type, file + r * rb, rb, &seed);
         memcpy(lanes, file, ROWS * rb);
-        for (size_t at = 0; at < ROWS * rb; at += LM_Q4_0_STEP_BYTES)
-            lm_q4_0_to_lanes(lanes + at);
+        to_layout(layout, lanes, k, ROWS);
         ck_assert(memcmp(lanes, file, ROWS * rb) != 0);
         for (int r = 0; r < ROWS; r++)
-            lm_q4_0_from_lanes(lanes + r * rb, back + r * rb, k);
-        ck_assert_msg(!memcmp(back, file, ROWS * rb), "k=%d: the layout does not give the file's bytes back", k);
-        lm_tensor wf = {"w", LM_Q4_0, {k, ROWS}, file, LM_LAYOUT_FILE};
-        lm_tensor wl = {"w", LM_Q4_0, {k, ROWS}, lanes, LM_LAYOUT_Q4_0_LANES};
+            lm_layout_undo(layout, lanes + r * rb, back + r * rb, k);
+        ck_assert_msg(!memcmp(back, file, ROWS * rb), "%s k=%d: the layout does not give the file's bytes back",
+                      lm_type_name(type), k);
+        lm_tensor wf = {"w", type, {k, ROWS}, file, LM_LAYOUT_FILE};
+        lm_tensor wl = {"w", type, {k, ROWS}, lanes, layout};
         mm_scratch s = {0};
         ck_assert(mm_scratch_init(&s, 2, k, NT) == 0);
-        const int isa = s.isa;
-        for (int path = 0; path < 4; path++) {
-            if (path == 1 && isa < LM_ISA_AVX512)
+        const int isa = s.isa, gfni = s.gfni;
+        for (int path = 0; path < 5; path++) {
+            if (path == 1 && (isa < LM_ISA_AVX512 || !gfni))
                 continue;
-            if (path == 1) /* AVX-512 without VBMI: rows unpacked, 16-row groups for batches */
+            if (path == 1) /* AVX-512 without GFNI: the other copy of qrow_k.c */
+                s.gfni = 0;
+            if (path == 2 && isa < LM_ISA_AVX512)
+                continue;
+            if (path == 2) /* AVX-512 without VBMI: Q4_0 rows unpacked, 16-row groups for batches */
                 s.vbmi = s.gfni = s.amx = 0;
-            if (path == 2 && isa < LM_ISA_AVX2)
+            if (path == 3 && isa < LM_ISA_AVX2)
                 continue;
-            if (path == 2)
-                s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = s.amx = 0;
             if (path == 3)
+                s.isa = LM_ISA_AVX2, s.vbmi = s.gfni = s.amx = 0;
+            if (path == 4)
                 s.isa = LM_ISA_SCALAR, s.vbmi = s.gfni = s.amx = 0;
             for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
                 lm_matmul(want, &wf, x, counts[c], &s);
                 lm_matmul(got, &wl, x, counts[c], &s);
                 ck_assert_msg(!memcmp(want, got, (size_t)counts[c] * ROWS * sizeof *got),
-                              "k=%d isa %d vbmi %d, %d tokens: lanes layout != file layout", k, s.isa, s.vbmi,
-                              counts[c]);
+                              "%s k=%d isa %d vbmi %d gfni %d, %d tokens: lanes layout != file layout",
+                              lm_type_name(type), k, s.isa, s.vbmi, s.gfni, counts[c]);
             }
         }
         mm_scratch_free(&s);
@@ -219,6 +238,31 @@ START_TEST(test_lanes_plan)
 }
 END_TEST
 
+/* Q4_K matrices take their layout with a whole step (4 super-blocks) a row or more, any number of rows. */
+START_TEST(test_klanes_plan)
+{
+    enum { SB = 144 };
+    gguf_tensor t[] = {
+        {"a", 2, {1024, 3, 1, 1}, LM_Q4_K, 0, 3 * 4 * SB, NULL},                 /* fits */
+        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* fits, a super-block left */
+        {"c", 2, {768, 4, 1, 1}, LM_Q4_K, 200 * SB, 4 * 3 * SB, NULL},           /* 3 super-blocks a row */
+        {"token_embd.weight", 2, {1024, 2, 1, 1}, LM_Q4_K, 300 * SB, 8 * SB, NULL},
+        {"d", 2, {1024, 2, 1, 1}, LM_Q6_K, 400 * SB, 2 * 4 * 210, NULL},         /* Q6_K */
+        {"e", 2, {1024, 2, 1, 1}, LM_Q4_K, 500 * SB, 7 * SB, NULL},              /* short of its bytes */
+        {"f", 2, {1024, 2, 1, 1}, LM_Q4_K, 600 * SB, 8 * SB, NULL},              /* overlapped by g */
+        {"g", 2, {1024, 1, 1, 1}, LM_Q4_K, 604 * SB, 4 * SB, NULL},
+    };
+    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 0, 0};
+    gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
+    uint8_t got[sizeof t / sizeof t[0]];
+    ck_assert_int_eq(lm_lanes_plan(&g, 700 * SB, got), 0);
+    const int native = lm_klanes_layout_native();
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        ck_assert_msg(got[i] == (want[i] && native ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_FILE), "tensor %s: %d",
+                      t[i].name, got[i]);
+}
+END_TEST
+
 TCase *tcase_matmul(void)
 {
     TCase *tc = tcase_create("matmul");
@@ -227,5 +271,6 @@ TCase *tcase_matmul(void)
     tcase_add_test(tc, test_matmul_few_tokens_bitwise);
     tcase_add_test(tc, test_matmul_lanes_layout);
     tcase_add_test(tc, test_lanes_plan);
+    tcase_add_test(tc, test_klanes_plan);
     return tc;
 }
