@@ -59,7 +59,7 @@ typedef struct act_row {
     int windows;       /* 1 once qw and ncw hold this row's values */
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
     int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */
-    int klanes;        /* 1 once they hold rearranged Q4_K's order (lm_act_klanes) */
+    int klanes;        /* LM_Q4_K_LANES or LM_Q6_K_LANES once they hold that layout's order (lm_act_klanes) */
 } act_row;
 
 /*
@@ -138,7 +138,6 @@ void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, 
 /* qrow_k.c: Q4_K, Q5_K and Q6_K rows through a few tokens, 8 at a time (AVX-512 VNNI) */
 #define LM_ROW_K_TOKENS 8
 void lm_act_nibbles(act_row *a); /* fills qw with the codes in Q4_K/Q5_K's nibble order */
-void lm_act_klanes(act_row *a);  /* fills qw, ncw in the order of rearranged Q4_K rows (LM_Q4_K_LANES) */
 /* nr rows rb bytes apart through n tokens: out[ldo * j + r]; 0 for other types. */
 int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                      const act_row *a, int n, float *out, size_t ldo);
@@ -146,6 +145,15 @@ int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int
 int lm_cpu_gfni(void);
 int lm_rows_k_gfni(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                    const act_row *a, int n, float *out, size_t ldo);
+/* For the lanes layouts' super-blocks left as the file has them: b..b+m-1 of a row into acc (8 floats a token) */
+void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc);
+void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b); /* the block's file bytes at blk */
+void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b);  /* super-block b of row */
+/* qrow_klanes.c: Q4_K and Q6_K rows in their lanes layouts (tag LM_Q4_K_LANES, LM_Q6_K_LANES), with GFNI */
+void lm_act_klanes(act_row *a, uint32_t tag); /* fills qw, ncw in that layout's order */
+int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
+                   float *out, size_t ldo);
+int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r); /* as lm_row_k_prepare */
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);
@@ -259,18 +267,18 @@ static inline size_t lm_prefetch_one(uint32_t t)
 
 /*
  * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
- * of 16 blocks, and Q4_K rows in theirs (LM_LAYOUT_Q4_K_LANES), in steps
- * of 4 super-blocks; LM_Q4_0_LANES and LM_Q4_K_LANES name them to the
- * kernels that take a type.
+ * of 16 blocks, and Q4_K and Q6_K rows in theirs (LM_LAYOUT_Q4_K_LANES,
+ * LM_LAYOUT_Q6_K_LANES), in steps of 4 super-blocks; LM_Q4_0_LANES,
+ * LM_Q4_K_LANES and LM_Q6_K_LANES name them to the kernels that take a type.
  */
 #define LM_Q4_0_LANES 0x100
 #define LM_Q4_K_LANES 0x101
+#define LM_Q6_K_LANES 0x102
 #define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
 #define LM_Q4_K_STEP_BYTES 576 /* 4 Q4_K super-blocks */
+#define LM_Q6_K_STEP_BYTES 840 /* 4 Q6_K super-blocks */
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
-void lm_q4_k_to_lanes(uint8_t *row, int64_t k);
-void lm_q4_k_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in place */
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */
@@ -331,7 +339,7 @@ typedef struct mm_scratch {
     tgroup *groups;
     rows16 *r16;       /* per thread, with AMX: 16 rows prepared for the tiles */
     void **r8;         /* per thread, x86: eight rows unpacked for qgemm_avx2.c */
-    uint8_t **file_rows; /* per thread: a rearranged Q4_0 row back in the file's layout */
+    uint8_t **file_rows; /* per thread: a rearranged row back in the file's layout (Q6_K's are the longest) */
     float **amx_scratch;
 } mm_scratch;
 

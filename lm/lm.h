@@ -113,6 +113,7 @@ enum lm_layout {
     LM_LAYOUT_FILE,       /* as the GGUF file stores them */
     LM_LAYOUT_Q4_0_LANES, /* Q4_0 rows rearranged for the kernels with blocks in lanes */
     LM_LAYOUT_Q4_K_LANES, /* Q4_K rows rearranged so a group's codes add up in a lane */
+    LM_LAYOUT_Q6_K_LANES, /* the same for Q6_K */
 };
 
 enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };

@@ -116,7 +116,7 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     if (!(s->file_rows = calloc((size_t)n_threads, sizeof *s->file_rows)))
         return -1;
     for (int i = 0; i < n_threads; i++)
-        if (!(s->file_rows[i] = malloc(lm_row_bytes(LM_Q4_0, max_k / 32 * 32) + 1)))
+        if (!(s->file_rows[i] = malloc(lm_row_bytes(LM_Q6_K, max_k / 256 * 256) + lm_row_bytes(LM_Q4_0, 32))))
             return -1;
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
@@ -171,9 +171,17 @@ static int in_lanes(const lm_tensor *w)
     return w->layout != LM_LAYOUT_FILE;
 }
 
+/* The kernels' name for w's K-quant lanes layout (qrow_klanes.c), or 0. */
+static uint32_t klanes_tag(const lm_tensor *w)
+{
+    return w->layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K_LANES : w->layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K_LANES : 0;
+}
+
 /* Whether this context's kernels read them as they lie (elsewhere each row is unpacked first). */
 static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
+    if (klanes_tag(w))
+        return s->gfni && !s->amx;
     return in_lanes(w) && s->vbmi && !s->amx;
 }
 
@@ -214,8 +222,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
                 lm_prefetch_ahead(w->type, raw, row_bytes, nt);
                 if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
                     continue;
-                if (w->layout == LM_LAYOUT_Q4_K_LANES && lanes_native(w, s) &&
-                    lm_row_k_prepare(LM_Q4_K_LANES, raw, k, &r[i]))
+                if (klanes_tag(w) && lanes_native(w, s) && lm_row_klanes_prepare(klanes_tag(w), raw, k, &r[i]))
                     continue;
                 const uint8_t *row = file_row(w, c * 16 + m + i, row_bytes, s);
                 if (lm_row_k_prepare(w->type, row, k, &r[i]) || lm_row_b32_prepare(w->type, row, k, &r[i]))
@@ -354,11 +361,10 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)a * rb;
     float *o = out + (size_t)t0 * rows + a;
-    if (w->layout == LM_LAYOUT_Q4_K_LANES) { /* rearranged: each lane adds up its groups */
-        if (!lanes_native(w, s) || !acts[t0].klanes)
+    if (klanes_tag(w)) { /* rearranged: each lane adds up its groups */
+        if (!lanes_native(w, s) || acts[t0].klanes != (int)klanes_tag(w))
             return 0;
-        return (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(LM_Q4_K_LANES, row, rb, e - a, k, acts + t0, nt, o,
-                                                             (size_t)rows);
+        return lm_rows_klanes(klanes_tag(w), row, rb, e - a, k, acts + t0, nt, o, (size_t)rows);
     }
     if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
         if (!lanes_native(w, s) || !acts[t0].lanes)
@@ -467,7 +473,7 @@ enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES, LAYOUT_K
 static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
     const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
-    if (w->layout == LM_LAYOUT_Q4_K_LANES)
+    if (klanes_tag(w))
         return lanes_native(w, s) && !grouped ? LAYOUT_KLANES : LAYOUT_AS_ROUNDED;
     if (in_lanes(w))
         return lanes_native(w, s) && !grouped ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;
@@ -500,7 +506,7 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     case LAYOUT_WINDOWS: lm_act_windows(a); break;
     case LAYOUT_LANES: lm_act_lanes(a); break;
     case LAYOUT_NIBBLES: lm_act_nibbles(a); break;
-    case LAYOUT_KLANES: lm_act_klanes(a); break;
+    case LAYOUT_KLANES: lm_act_klanes(a, klanes_tag(w)); break;
     }
 }
 

@@ -48,33 +48,6 @@ void lm_act_nibbles(act_row *a)
             memcpy(a->qw + 128 * h + 32 * c, a->qs + 128 * h + from[c], 32);
     a->nibbles = 1;
 }
-
-/*
- * The token's codes in the order of Q4_K rows in the lanes layout
- * (repack.c): per step of 1024, chunk c's 64 codes for the low nibbles
- * (lane 4b + g: codes 4c..4c+3 of group g of super-block b) at 128c, those
- * for the high nibbles (group g + 4) at 128c + 64; and in ncw, per step,
- * lane 4b + g: the sums of groups g and g + 4 of super-block b as two words.
- */
-void lm_act_klanes(act_row *a)
-{
-    for (int64_t s = 0; s < a->k / 1024; s++) {
-        const int8_t *in = a->qs + 1024 * s;
-        int8_t *q = a->qw + 1024 * s;
-        int16_t *sums = (int16_t *)(a->ncw + 16 * s);
-        for (int lane = 0; lane < 16; lane++) {
-            const int b = lane / 4, g = lane % 4;
-            for (int c = 0; c < 8; c++) {
-                memcpy(q + 128 * c + 4 * lane, in + 256 * b + 32 * g + 4 * c, 4);
-                memcpy(q + 128 * c + 64 + 4 * lane, in + 256 * b + 32 * (g + 4) + 4 * c, 4);
-            }
-            const int16_t *s16 = a->sum16 + 64 * s + 16 * b;
-            sums[2 * lane] = (int16_t)(s16[2 * g] + s16[2 * g + 1]);
-            sums[2 * lane + 1] = (int16_t)(s16[2 * g + 8] + s16[2 * g + 9]);
-        }
-    }
-    a->klanes = 1;
-}
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -385,108 +358,22 @@ KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k
     }
 }
 
-#define KLANES_TOKENS 2
-
+#ifdef QROW_K_GFNI
 /*
- * A step of 4 super-blocks of a rearranged Q4_K row (repack.c) for n (1-2)
- * tokens: each lane adds up the products of its two groups' codes, 16 at
- * a time (|sum| <= 16 * 15 * 127 fits the word the scale meets), so the
- * step's sums meet their scales in four multiply-adds, and each
- * super-block's sum and min come out of one short tree in its 128-bit
- * lane.  acc[j]: lane 4b its sums, 4b + 2 its mins (b = super-block mod 4).
+ * Super-blocks b..b+m-1 (m < 4) of a row as the file has them (row: where
+ * the row starts), for n tokens, added into acc (8 floats a token, row_k's
+ * lanes): the super-blocks the lanes layouts leave (qrow_klanes.c).
  */
-KQ static INLINE void klanes_step(const uint8_t *st, const act_row *a, int n, int64_t s, __m512 *acc)
+KQ void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i x = load_once512(st), s8 = six_bit_scales(x);
-    __m512i A[KLANES_TOKENS][4]; /* token; low nibbles' codes 0-15 of each group, high's, low's 16-31, high's */
+    __m256 v[LM_ROW_K_TOKENS];
     for (int j = 0; j < n; j++)
-        A[j][0] = A[j][1] = A[j][2] = A[j][3] = _mm512_setzero_si512();
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < 8; c++) {
-        const __m512i w = load_once512(st + 64 + 64 * c);
-        const __m512i lo = _mm512_and_si512(w, m4), hi = high_nibbles(w);
-        const int z = 2 * (c / 4);
-        for (int j = 0; j < n; j++) {
-            const int8_t *q = a[j].qw + 1024 * s + 128 * c;
-            A[j][z] = _mm512_dpbusd_epi32(A[j][z], lo, _mm512_loadu_si512(q));
-            A[j][z + 1] = _mm512_dpbusd_epi32(A[j][z + 1], hi, _mm512_loadu_si512(q + 64));
-        }
-    }
-    /* lane 4b + g: scale g of super-block b (S0), g + 4 (S1), in the low word; mins g, g + 4 as words */
-    const __m512i S0 = _mm512_shuffle_epi8(s8, _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1)));
-    const __m512i S1 = _mm512_shuffle_epi8(s8, _mm512_broadcast_i32x4(_mm_setr_epi8(4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1)));
-    const __m512i Mw = _mm512_shuffle_epi8(s8, _mm512_broadcast_i32x4(_mm_setr_epi8(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1)));
-    /* lane 4b..4b+3: d, d, dmin, dmin of super-block b */
-    const __m512i dd_idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            25, 25, 24, 24, 17, 17, 16, 16, 9, 9, 8, 8, 1, 1, 0, 0);
-    const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dd_idx, x)));
-    for (int j = 0; j < n; j++) {
-        __m512i T = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][0], S0);
-        __m512i U = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][1], S1);
-        T = _mm512_add_epi32(_mm512_dpwssd_epi32(T, A[j][2], S0), _mm512_dpwssd_epi32(U, A[j][3], S1));
-        __m512i M = _mm512_madd_epi16(Mw, _mm512_loadu_si512(a[j].ncw + 16 * s));
-        T = _mm512_add_epi32(T, _mm512_shuffle_epi32(T, 0x4e));
-        M = _mm512_add_epi32(M, _mm512_shuffle_epi32(M, 0x4e));
-        __m512i X = _mm512_mask_blend_epi32(0xcccc, T, M); /* per 128-bit lane: sums, sums, mins, mins */
-        X = _mm512_add_epi32(X, _mm512_shuffle_epi32(X, 0xb1));
-        const __m512 f = _mm512_cvtepi32_ps(X);
-        const __m512 ad = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                                _mm512_castps128_ps512(_mm_loadu_ps(a[j].d + 4 * s)));
-        const __m512 p = _mm512_mul_ps(dd, ad); /* lm_dot_k_scalar's float steps, as row_k's */
-        acc[j] = _mm512_mask3_fmadd_ps(p, f, acc[j], 0x1111);
-        acc[j] = _mm512_mask_add_ps(acc[j], 0x4444, acc[j], _mm512_mul_ps(p, f));
-    }
-}
-
-/* n (1-2) tokens through a rearranged Q4_K row: its whole steps, then the super-blocks left as the file has them. */
-KQ static INLINE void row_klanes(const uint8_t *row, int64_t k, const act_row *a, int n, float *out, size_t ldo)
-{
-    __m512 acc[KLANES_TOKENS];
-    __m256 acc8[LM_ROW_K_TOKENS];
+        v[j] = _mm256_loadu_ps(acc + 8 * j);
+    quad(t, lm_type_size(t), row, b, m, a, n, 0, v);
     for (int j = 0; j < n; j++)
-        acc[j] = _mm512_setzero_ps();
-    const int64_t steps = k / 1024, nb = k / 256;
-    for (int64_t s = 0; s < steps; s++) {
-        lm_prefetch_ahead(LM_Q4_K, row + LM_Q4_K_STEP_BYTES * s, LM_Q4_K_STEP_BYTES, n);
-        klanes_step(row + LM_Q4_K_STEP_BYTES * s, a, n, s, acc);
-    }
-    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-    for (int j = 0; j < n; j++) /* into row_k's order: sums and mins of super-block b in lanes 2b, 2b + 1 */
-        acc8[j] = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick, acc[j]));
-    if (4 * steps < nb)
-        quad(LM_Q4_K, 144, row, 4 * steps, (int)(nb - 4 * steps), a, n, 0, acc8);
-    for (int j = 0; j < n; j++) {
-        __m256 pairs = _mm256_add_ps(acc8[j], _mm256_permute_ps(acc8[j], 0x4e));
-        __m128 u = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
-        out[(size_t)j * ldo] = _mm_cvtss_f32(_mm_sub_ss(u, _mm_movehdup_ps(u)));
-    }
+        _mm256_storeu_ps(acc + 8 * j, v[j]);
 }
-
-/*
- * Rearranged Q4_K rows one after another, tokens 2 at a time: a token holds
- * four accumulators, and with 3 or 4 at a time the constants spilled (Zen 4,
- * one thread, from L2: 14-15 ticks a super-block and token against 9.4-10.2
- * in pairs, and 9.7-11.3 for the file's layout).
- */
-KQ __attribute__((noinline)) static void rows_q4_k_lanes(const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
-                                                       const act_row *a, int n, float *out, size_t ldo)
-{
-    if (n == 1) {
-        for (int64_t r = 0; r < nr; r++)
-            row_klanes(row0 + (size_t)r * rb, k, a, 1, out + r, ldo);
-        return;
-    }
-    for (int64_t r = 0; r < nr; r++)
-        for (int j = 0; j < n; j += KLANES_TOKENS) {
-            const uint8_t *row = row0 + (size_t)r * rb;
-            float *o = out + (size_t)j * ldo + r;
-            if (n - j == 1)
-                row_klanes(row, k, a + j, 1, o, ldo);
-            else
-                row_klanes(row, k, a + j, 2, o, ldo);
-        }
-}
+#endif
 
 /* Whether all n tokens' codes are also in nibble order (lm_act_nibbles). */
 static int all_nibbles(const act_row *a, int n)
@@ -529,10 +416,6 @@ ROWS_K_VARIANT(rows_q6_k, LM_Q6_K, 210, 0)
 KQ int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                  const act_row *a, int n, float *out, size_t ldo)
 {
-    if (t == LM_Q4_K_LANES) {
-        rows_q4_k_lanes(row0, rb, nr, k, a, n, out, ldo);
-        return 1;
-    }
     const int nib = all_nibbles(a, n);
     switch (t) {
     case LM_Q4_K: (nib ? rows_q4_k_nib : rows_q4_k)(row0, rb, nr, k, a, n, out, ldo); return 1;
@@ -685,68 +568,31 @@ KQ static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, 
     lm_trow_prepare_avx512(r);
 }
 
-/*
- * The same from a Q4_K row in the lanes layout (repack.c), with VBMI (where
- * the layout is used): super-block b's 128 code bytes are the 16 bytes at
- * 16b of each of its step's 8 chunks, and a byte permute of each nibble's
- * half puts them in order; its scales are the file's 16 bytes at 16b.
- */
-#define KQ_VBMI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi")))
-
-KQ_VBMI static void prepare_groups_klanes(const uint8_t *row, int64_t k, qrow *r)
+/* Super-block b's scales, mins and factors into r, from its bytes as the file has them at blk (codes not read). */
+KQ void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
 {
-    /* code j of chunk pair z's two groups (j / 32 and the next): code n = j % 32 lies in chunk n / 4, byte 4g + n % 4 */
-    int8_t at[2][64];
-    for (int j = 0; j < 64; j++)
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * h + j / 32, n = j % 32;
-            at[h][j] = (int8_t)(64 * (n / 16) + 16 * (n / 4 % 4) + 4 * g + n % 4);
-        }
-    const __m512i idx0 = _mm512_loadu_si512(at[0]), idx1 = _mm512_loadu_si512(at[1]), m4 = _mm512_set1_epi8(0x0f);
-    const int64_t nb = k / 256, whole = nb / 4 * 4;
-    for (int64_t b = 0; b < nb; b++) {
-        if (b >= whole) { /* left as the file has them */
-            kquad q;
-            __m512i c[4];
-            one_block(LM_Q4_K, 144, row, b, &q, c, r->d, r->m);
-            kscales_of(LM_Q4_K, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-            for (int z = 0; z < 4; z++)
-                _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
-            continue;
-        }
-        const uint8_t *step = row + LM_Q4_K_STEP_BYTES * (b / 4), *col = step + 64 + 16 * (b % 4);
-        if (b % 4 == 0)
-            lm_prefetch_ahead(LM_Q4_K, step, LM_Q4_K_STEP_BYTES, 16);
-        kquad q;
-        decode_quad(LM_Q4_K, step + 16 * (b % 4), 144, 1, &q);
-        float dd[8];
-        _mm256_storeu_ps(dd, q.dd);
-        r->d[b] = dd[0], r->m[b] = dd[1];
-        kscales_of(LM_Q4_K, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-        __m512i y[2];
-        for (int h = 0; h < 2; h++) {
-            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(col + 256 * h)));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(col + 256 * h + 64)), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(col + 256 * h + 128)), 2);
-            y[h] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(col + 256 * h + 192)), 3);
-        }
-        const __m512i lo0 = _mm512_and_si512(y[0], m4), lo1 = _mm512_and_si512(y[1], m4);
-        const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(y[0], 4), m4);
-        const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(y[1], 4), m4);
-        uint8_t *u = r->u + b * 256;
-        _mm512_storeu_si512(u, _mm512_permutex2var_epi8(lo0, idx0, lo1));
-        _mm512_storeu_si512(u + 64, _mm512_permutex2var_epi8(lo0, idx1, lo1));
-        _mm512_storeu_si512(u + 128, _mm512_permutex2var_epi8(hi0, idx0, hi1));
-        _mm512_storeu_si512(u + 192, _mm512_permutex2var_epi8(hi0, idx1, hi1));
-    }
-    r->type = LM_Q4_K, r->k = k;
-    lm_trow_prepare_avx512(r);
+    kquad q;
+    decode_quad(t, blk, lm_type_size(t), 1, &q);
+    float dd[8];
+    _mm256_storeu_ps(dd, q.dd);
+    r->d[b] = dd[0], r->m[b] = dd[1];
+    kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
+}
+
+/* Super-block b of a row, as the file has it there, into r: scales and codes (the lanes layouts' last ones). */
+KQ void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b)
+{
+    kquad q;
+    __m512i c[4];
+    one_block(t, lm_type_size(t), row, b, &q, c, r->d, r->m);
+    kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
+    for (int z = 0; z < 4; z++)
+        _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
 }
 
 KQ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
     switch (t) {
-    case LM_Q4_K_LANES: prepare_groups_klanes(row, k, r); return 1;
     case LM_Q4_K: prepare_groups(LM_Q4_K, 144, row, k, r); return 1;
     case LM_Q5_K: prepare_groups(LM_Q5_K, 176, row, k, r); return 1;
     case LM_Q6_K: prepare_groups(LM_Q6_K, 210, row, k, r); return 1;
@@ -778,6 +624,11 @@ int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
 
 #ifdef QROW_K_GFNI
 int lm_cpu_gfni(void) { return 0; }
+
+void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc)
+{
+    (void)t, (void)row, (void)b, (void)m, (void)a, (void)n, (void)acc;
+}
 #else
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn)
@@ -790,6 +641,16 @@ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
     (void)t, (void)row, (void)k, (void)r;
     return 0;
+}
+
+void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
+{
+    (void)t, (void)blk, (void)r, (void)b;
+}
+
+void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b)
+{
+    (void)t, (void)row, (void)r, (void)b;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * lm/repack.c - Q4_0 and Q4_K rows rearranged, in place, for the kernels
- * that read them fastest so (qrow_vbmi.c's row_lanes, qrow_k.c's
- * row_klanes).
+ * lm/repack.c - Q4_0, Q4_K and Q6_K rows rearranged, in place, for the
+ * kernels that read them fastest so (qrow_vbmi.c's row_lanes,
+ * qrow_klanes.c).
  *
  * Read as the file stores them (18-byte blocks: an f16 scale, then 16
  * bytes of nibbles), a step of 16 blocks needs byte permutes to put each
@@ -20,20 +20,21 @@
  * the kernels that read them run (AVX-512 with VBMI, without AMX); any
  * other path unpacks a row to the file's layout before reading it.
  *
- * Q4_K: a super-block's 256 codes come as 8 groups of 32 with a scale
- * each.  As the file has them, a 32-bit lane of the multiply-add holds 4
- * codes of one group and a group spans 8 lanes, so every 64 products must
- * meet their scales and then be added across the vector, super-block by
- * super-block, which costs more than the products.  Rearranged in steps
- * of 4 super-blocks, lane 4b + g of every vector holds group g (low
- * nibbles) and g + 4 (high) of super-block b, a further 4 codes of them
- * each 64-byte chunk: a lane adds up its groups' products by itself, and a
- * step's four super-blocks meet their scales in four multiply-adds (Zen 4,
- * one thread, 2048 columns from L2: 14.9 -> 7.8 ticks a super-block).
- * Bytes 16b..16b+15 of the step are super-block b's d, dmin and scales as
- * the file has them; then chunk c (0-7), 64 bytes, whose byte 4(4b + g) + i
- * holds code 4c + i of group g of super-block b (low nibble) and of group
- * g + 4 (high).  A row's last k/256 mod 4 super-blocks stay as they are.
+ * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
+ * 16) with a scale each.  As the file has them, a 32-bit lane of the
+ * multiply-add holds 4 codes of one group and a group spans several lanes,
+ * so every 64 products must meet their scales and then be added across
+ * the vector, super-block by super-block, which costs more than the
+ * products.  Rearranged in steps of 4 super-blocks, lane 4b + g of every
+ * code vector holds 4 codes of one group of super-block b, a further 4
+ * each chunk: a lane adds up its groups by itself, and a step's four
+ * super-blocks meet their scales in a few multiplies (Zen 4, one thread,
+ * 2048 columns from L2: Q4_K 14.9 -> 7.8 ticks a super-block, Q6_K 20.2
+ * -> 15.4 through lm_matmul).  A step keeps its 4 super-blocks' bytes
+ * (k_to_lanes below has the places); a row's last k/256 mod 4 super-blocks
+ * would stay as they are, but only rows of whole steps take the layout
+ * (layout_for), and only where the kernels that read them run (AVX-512
+ * with VBMI and GFNI, without AMX).
  */
 #include "internal.h"
 
@@ -70,76 +71,137 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
     }
 }
 
-/* Code e (0-255) of a Q4_K super-block's 128 code bytes as the file has them. */
-static int q4_k_code(const uint8_t *qs, int e)
+/*
+ * The K-quant layouts' codes.  Q4_K (step 576 bytes): chunk c (0-7) at
+ * 64 + 64c, code 4c + i of group g (low nibble) and g + 4 (high) of
+ * super-block b at byte 4(4b + g) + i; super-block b's 16 bytes of d, dmin
+ * and scales at 16b.  Q6_K (step 840): set s (groups 4s..4s+3), slice j
+ * (codes 4j..4j+3 of each group of 16): the low four bits in chunk
+ * 4(s / 2) + j (nibble s % 2) at 64(4(s / 2) + j), the top two in bits
+ * 2s..2s+1 of chunk j at 512 + 64j, byte 4(4b + g) + i each; super-block
+ * b's 16 scales and d at 768 + 18b.
+ */
+static int k_bs(uint32_t t)
 {
-    return qs[32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2)) & 15;
+    return t == LM_Q6_K ? 210 : 144;
 }
 
-/* Where code e of super-block b goes in a step's chunks, and in which nibble (shift). */
-static int q4_k_lane_byte(int b, int e, int *shift)
+/* Code e (0-255) of a super-block as the file has it (Q6_K's unsigned, 0-63). */
+static int k_file_code(uint32_t t, const uint8_t *blk, int e)
 {
-    const int g = e / 32, c = e % 32;
-    *shift = 4 * (g / 4);
-    return 64 * (c / 4) + 4 * (4 * b + g % 4) + c % 4;
+    if (t == LM_Q4_K)
+        return blk[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2)) & 15;
+    const int n = e / 128, q = e % 128 / 32, l = e % 32;
+    const int low = blk[64 * n + l + 32 * (q % 2)] >> (4 * (q / 2)) & 15;
+    return low | (blk[128 + 32 * n + l] >> (2 * q) & 3) << 4;
 }
 
-/* A Q4_K row of k columns into the lanes layout, in place (the super-blocks past whole steps stay). */
-void lm_q4_k_to_lanes(uint8_t *row, int64_t k)
+static void k_file_put(uint32_t t, uint8_t *blk, int e, int code)
 {
+    if (t == LM_Q4_K) {
+        blk[16 + 32 * (e / 64) + e % 32] |= (uint8_t)(code << (4 * (e / 32 % 2)));
+        return;
+    }
+    const int n = e / 128, q = e % 128 / 32, l = e % 32;
+    blk[64 * n + l + 32 * (q % 2)] |= (uint8_t)((code & 15) << (4 * (q / 2)));
+    blk[128 + 32 * n + l] |= (uint8_t)((code >> 4) << (2 * q));
+}
+
+/* Code e of super-block b in a step of the lanes layout: get, or or into a zeroed step. */
+static int k_lanes_code(uint32_t t, const uint8_t *step, int b, int e)
+{
+    if (t == LM_Q4_K) {
+        const int g = e / 32, c = e % 32, at = 64 + 64 * (c / 4) + 4 * (4 * b + g % 4) + c % 4;
+        return step[at] >> (4 * (g / 4)) & 15;
+    }
+    const int g = e / 16, c = e % 16, s = g / 4, lane = 4 * (4 * b + g % 4) + c % 4;
+    const int low = step[64 * (4 * (s / 2) + c / 4) + lane] >> (4 * (s % 2)) & 15;
+    return low | (step[512 + 64 * (c / 4) + lane] >> (2 * s) & 3) << 4;
+}
+
+static void k_lanes_put(uint32_t t, uint8_t *step, int b, int e, int code)
+{
+    if (t == LM_Q4_K) {
+        const int g = e / 32, c = e % 32, at = 64 + 64 * (c / 4) + 4 * (4 * b + g % 4) + c % 4;
+        step[at] |= (uint8_t)(code << (4 * (g / 4)));
+        return;
+    }
+    const int g = e / 16, c = e % 16, s = g / 4, lane = 4 * (4 * b + g % 4) + c % 4;
+    step[64 * (4 * (s / 2) + c / 4) + lane] |= (uint8_t)((code & 15) << (4 * (s % 2)));
+    step[512 + 64 * (c / 4) + lane] |= (uint8_t)((code >> 4) << (2 * s));
+}
+
+/* Where super-block b's scales and factors lie in a step, and in the file's block, and how many bytes. */
+static void k_header(uint32_t t, int b, size_t *in_step, size_t *in_block, size_t *n)
+{
+    *in_step = t == LM_Q4_K ? 16 * (size_t)b : 768 + 18 * (size_t)b;
+    *in_block = t == LM_Q4_K ? 0 : 192;
+    *n = t == LM_Q4_K ? 16 : 18;
+}
+
+/* A K-quant row of k columns into its lanes layout, in place (the super-blocks past whole steps stay). */
+static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
+{
+    const size_t bs = (size_t)k_bs(t), step_bytes = 4 * bs;
     for (int64_t s = 0; s < k / 1024; s++) {
-        uint8_t *step = row + LM_Q4_K_STEP_BYTES * s, in[LM_Q4_K_STEP_BYTES];
-        memcpy(in, step, sizeof in);
-        memset(step + 64, 0, 512);
+        uint8_t *step = row + step_bytes * s, in[4 * 210];
+        memcpy(in, step, step_bytes);
+        memset(step, 0, step_bytes);
         for (int b = 0; b < 4; b++) {
-            memcpy(step + 16 * b, in + 144 * b, 16);
-            for (int e = 0; e < 256; e++) {
-                int shift, at = q4_k_lane_byte(b, e, &shift);
-                step[64 + at] |= (uint8_t)(q4_k_code(in + 144 * b + 16, e) << shift);
-            }
+            size_t hs, hb, hn;
+            k_header(t, b, &hs, &hb, &hn);
+            memcpy(step + hs, in + bs * b + hb, hn);
+            for (int e = 0; e < 256; e++)
+                k_lanes_put(t, step, b, e, k_file_code(t, in + bs * b, e));
         }
     }
 }
 
-/* A Q4_K row in the lanes layout back into the file's layout at dst. */
-void lm_q4_k_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
+/* A K-quant row in its lanes layout back into the file's layout at dst. */
+static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k)
 {
+    const size_t bs = (size_t)k_bs(t), step_bytes = 4 * bs;
     const int64_t whole = k / 1024;
     for (int64_t s = 0; s < whole; s++) {
-        const uint8_t *step = row + LM_Q4_K_STEP_BYTES * s;
-        uint8_t *out = dst + LM_Q4_K_STEP_BYTES * s;
-        memset(out, 0, LM_Q4_K_STEP_BYTES);
+        const uint8_t *step = row + step_bytes * s;
+        uint8_t *out = dst + step_bytes * s;
+        memset(out, 0, step_bytes);
         for (int b = 0; b < 4; b++) {
-            memcpy(out + 144 * b, step + 16 * b, 16);
-            for (int e = 0; e < 256; e++) {
-                int shift, at = q4_k_lane_byte(b, e, &shift);
-                out[144 * b + 16 + 32 * (e / 64) + e % 32] |= (uint8_t)((step[64 + at] >> shift & 15) << (4 * (e / 32 % 2)));
-            }
+            size_t hs, hb, hn;
+            k_header(t, b, &hs, &hb, &hn);
+            memcpy(out + bs * b + hb, step + hs, hn);
+            for (int e = 0; e < 256; e++)
+                k_file_put(t, out + bs * b, e, k_lanes_code(t, step, b, e));
         }
     }
-    memcpy(dst + LM_Q4_K_STEP_BYTES * whole, row + LM_Q4_K_STEP_BYTES * whole, (size_t)(k / 256 % 4) * 144);
+    memcpy(dst + step_bytes * whole, row + step_bytes * whole, (size_t)(k / 256 % 4) * bs);
 }
 
-/* The bytes a layout rearranges at once: a Q4_0 step, a Q4_K row (its tail stays). */
+static uint32_t k_layout_type(int layout)
+{
+    return layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K : LM_Q4_K;
+}
+
+/* The bytes a layout rearranges at once: a Q4_0 step, a K-quant row (its tail stays). */
 size_t lm_layout_unit(int layout, int64_t k)
 {
-    return layout == LM_LAYOUT_Q4_K_LANES ? (size_t)(k / 256) * 144 : STEP_BYTES;
+    return layout == LM_LAYOUT_Q4_0_LANES ? STEP_BYTES : (size_t)(k / 256) * (size_t)k_bs(k_layout_type(layout));
 }
 
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
 {
-    if (layout == LM_LAYOUT_Q4_K_LANES)
-        lm_q4_k_to_lanes(unit, k);
-    else if (layout == LM_LAYOUT_Q4_0_LANES)
+    if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_to_lanes(unit);
+    else if (layout != LM_LAYOUT_FILE)
+        k_to_lanes(k_layout_type(layout), unit, k);
 }
 
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
 {
-    if (layout == LM_LAYOUT_Q4_K_LANES)
-        lm_q4_k_from_lanes(row, dst, k);
-    else
+    if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
+    else
+        k_from_lanes(k_layout_type(layout), row, dst, k);
 }
 
 /* Whether this machine's kernels read rearranged Q4_0 rows natively (KVCHAT_ISA forces other paths). */
@@ -152,18 +214,26 @@ int lm_lanes_layout_native(void)
 #endif
 }
 
-/* Whether rearranged Q4_K rows are read natively: as Q4_0's, with VBMI (the batch paths' byte permutes). */
+/* Whether rearranged Q4_K and Q6_K rows are read natively: AVX-512 with VBMI and GFNI, without AMX. */
 int lm_klanes_layout_native(void)
 {
-    return lm_lanes_layout_native();
+#if defined(__x86_64__) && defined(__GNUC__)
+    return !getenv("KVCHAT_ISA") && lm_cpu_gfni() && !lm_cpu_amx();
+#else
+    return 0;
+#endif
 }
 
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
- * matrices of whole steps in rows that come 16 at a time, Q4_K matrices of
- * a step a row at least; never the embeddings, looked up row by row.
+ * matrices of whole steps in rows that come 16 at a time, Q4_K and Q6_K
+ * matrices of whole steps (k a multiple of 1024); never the embeddings,
+ * looked up row by row.  K-quant rows of other lengths (super-blocks left
+ * over, rows at every alignment) read slower from memory in the layout:
+ * one token through 16384 rows of 5632 columns on two threads, 23 GB/s
+ * against 37 for the file's layout, level at 5120.
  */
-static int layout_for(const gguf_tensor *t, int q4_0, int q4_k)
+static int layout_for(const gguf_tensor *t, int q4_0, int k_native)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
@@ -174,9 +244,10 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k)
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % (32 * STEP_BLOCKS) == 0 && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
-    if (q4_k && t->type == LM_Q4_K && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
-        t->nbytes == rows * (uint64_t)(t->ne[0] / 256 * 144))
-        return LM_LAYOUT_Q4_K_LANES;
+    const int k_quant = t->type == LM_Q4_K || t->type == LM_Q6_K;
+    if (k_native && k_quant && t->ne[0] % 1024 == 0 &&
+        t->nbytes == rows * (uint64_t)(t->ne[0] / 256 * k_bs(t->type)))
+        return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;
 }
 
@@ -222,11 +293,11 @@ static int keep_alone(const gguf_file *g, uint8_t *ok)
  */
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
-    const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native();
+    const int q4_0 = lm_lanes_layout_native(), k_native = lm_klanes_layout_native();
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         const int inside = t->offset <= size && t->nbytes <= size - t->offset;
-        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k) : LM_LAYOUT_FILE);
+        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, k_native) : LM_LAYOUT_FILE);
     }
-    return q4_0 || q4_k ? keep_alone(g, layout) : 0;
+    return q4_0 || k_native ? keep_alone(g, layout) : 0;
 }

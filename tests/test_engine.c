@@ -369,9 +369,9 @@ static int huge_pages_on(void)
  * tensor reads from the copy, byte for byte the file's, and logits equal
  * those read from the mapping bit for bit; so do those of a fresh model
  * evaluated a token at a time, whose copy runs between its decodes and is
- * adopted, as far as it got, before each.  Q4_0 and Q4_K matrices that the
- * kernels read faster rearranged (lm/repack.c) are in their lanes layouts
- * in the copy, and give the file's bytes back.
+ * adopted, as far as it got, before each.  Q4_0, Q4_K and Q6_K matrices
+ * that the kernels read faster rearranged (lm/repack.c) are in their lanes
+ * layouts in the copy, and give the file's bytes back.
  */
 START_TEST(test_weights_copy)
 {
@@ -408,7 +408,9 @@ START_TEST(test_weights_copy)
         const int layout = settled.tensors[i].layout;
         if (layout != LM_LAYOUT_FILE) {
             const size_t rb = lm_row_bytes(t->type, t->ne[0]);
-            ck_assert(t->type == (layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K : LM_Q4_0));
+            ck_assert(t->type == (layout == LM_LAYOUT_Q4_K_LANES   ? LM_Q4_K
+                                  : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
+                                                                   : LM_Q4_0));
             ck_assert((back = malloc((size_t)t->nbytes)));
             for (int64_t r = 0; r < t->ne[1]; r++)
                 lm_layout_undo(layout, bytes + r * rb, back + r * rb, t->ne[0]);

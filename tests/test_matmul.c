@@ -131,18 +131,20 @@ END_TEST
 /* A matrix of `rows` rows into the layout, in place, unit by unit as the weights' copy does it. */
 static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
 {
-    const size_t unit = lm_layout_unit(layout, k), bytes = (size_t)rows * lm_row_bytes(layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K : LM_Q4_0, k);
+    static const uint32_t types[] = {[LM_LAYOUT_Q4_0_LANES] = LM_Q4_0, [LM_LAYOUT_Q4_K_LANES] = LM_Q4_K,
+                                     [LM_LAYOUT_Q6_K_LANES] = LM_Q6_K};
+    const size_t unit = lm_layout_unit(layout, k), bytes = (size_t)rows * lm_row_bytes(types[layout], k);
     for (size_t at = 0; at < bytes; at += unit)
         lm_layout_apply(layout, m + at, k);
 }
 
 /*
- * Q4_0 and Q4_K rows in their lanes layouts (lm/repack.c): the layout
+ * Q4_0, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
  * gives back the file's bytes, and a matrix in it multiplies to the bytes
  * the file's layout gives, for one token, a few and a batch (the lanes
  * kernels and the groups of 16), and again where the context's kernels do
  * not read the layout and unpack each row first (AVX-512 without VBMI,
- * AVX2, scalar).  Q4_K rows of 5 and 22 super-blocks end on super-blocks
+ * AVX2, scalar).  K-quant rows of 5 and 22 super-blocks end on super-blocks
  * the layout leaves as they are.
  */
 START_TEST(test_matmul_lanes_layout)
@@ -152,6 +154,8 @@ START_TEST(test_matmul_lanes_layout)
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 512},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 2048},
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1280},
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
+        {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
+        {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 2048}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, KL},
     };
     static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, NT};
     static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
@@ -180,7 +184,7 @@ START_TEST(test_matmul_lanes_layout)
         for (int path = 0; path < 5; path++) {
             if (path == 1 && (isa < LM_ISA_AVX512 || !gfni))
                 continue;
-            if (path == 1) /* AVX-512 without GFNI: the other copy of qrow_k.c */
+            if (path == 1) /* AVX-512 without GFNI: K-quant rows unpacked, the other copy of qrow_k.c */
                 s.gfni = 0;
             if (path == 2 && isa < LM_ISA_AVX512)
                 continue;
@@ -238,28 +242,30 @@ START_TEST(test_lanes_plan)
 }
 END_TEST
 
-/* Q4_K matrices take their layout with a whole step (4 super-blocks) a row or more, any number of rows. */
+/* Q4_K and Q6_K matrices take their layouts when their rows are whole steps (4 super-blocks), any number of rows. */
 START_TEST(test_klanes_plan)
 {
-    enum { SB = 144 };
+    enum { SB = 144, Q4K = LM_LAYOUT_Q4_K_LANES, Q6K = LM_LAYOUT_Q6_K_LANES };
     gguf_tensor t[] = {
         {"a", 2, {1024, 3, 1, 1}, LM_Q4_K, 0, 3 * 4 * SB, NULL},                 /* fits */
-        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* fits, a super-block left */
+        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* a super-block left over */
         {"c", 2, {768, 4, 1, 1}, LM_Q4_K, 200 * SB, 4 * 3 * SB, NULL},           /* 3 super-blocks a row */
         {"token_embd.weight", 2, {1024, 2, 1, 1}, LM_Q4_K, 300 * SB, 8 * SB, NULL},
-        {"d", 2, {1024, 2, 1, 1}, LM_Q6_K, 400 * SB, 2 * 4 * 210, NULL},         /* Q6_K */
+        {"d", 2, {1024, 2, 1, 1}, LM_Q6_K, 400 * SB, 2 * 4 * 210, NULL},         /* fits, Q6_K */
         {"e", 2, {1024, 2, 1, 1}, LM_Q4_K, 500 * SB, 7 * SB, NULL},              /* short of its bytes */
         {"f", 2, {1024, 2, 1, 1}, LM_Q4_K, 600 * SB, 8 * SB, NULL},              /* overlapped by g */
         {"g", 2, {1024, 1, 1, 1}, LM_Q4_K, 604 * SB, 4 * SB, NULL},
+        {"h", 2, {1536, 3, 1, 1}, LM_Q6_K, 620 * SB, 3 * 6 * 210, NULL},        /* two super-blocks left over */
+        {"i", 2, {512, 3, 1, 1}, LM_Q6_K, 650 * SB, 3 * 2 * 210, NULL},         /* 2 super-blocks a row */
+        {"j", 2, {2048, 1, 1, 1}, LM_Q6_K, 670 * SB, 8 * 210, NULL},            /* fits, Q6_K */
     };
-    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 0, 0};
+    const uint8_t want[] = {Q4K, 0, 0, 0, Q6K, 0, 0, 0, 0, 0, Q6K};
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 700 * SB, got), 0);
     const int native = lm_klanes_layout_native();
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        ck_assert_msg(got[i] == (want[i] && native ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_FILE), "tensor %s: %d",
-                      t[i].name, got[i]);
+        ck_assert_msg(got[i] == (native ? want[i] : LM_LAYOUT_FILE), "tensor %s: %d", t[i].name, got[i]);
 }
 END_TEST
 

@@ -1,0 +1,423 @@
+/*
+ * lm/qrow_klanes.c - Q4_K and Q6_K rows in their lanes layouts (repack.c)
+ * through one token or a few, and into the batch paths' decoded form.
+ *
+ * As the file has them, a 32-bit lane of the multiply-add holds 4 codes of
+ * one group and a group spans several lanes, so a super-block's products
+ * must meet their scales and be added across the vector before its float
+ * step, and that costs a one-token kernel more than the products.  In the
+ * lanes layouts, lane 4b + g of every code vector of a step holds 4 codes
+ * of one group of super-block b: a lane adds up a group by itself over the
+ * step's chunks, the step's sums meet their scales in a few multiplies,
+ * and each super-block's total comes out of a two-level tree within its
+ * 128-bit lane, which is where the float steps (lm_dot_k_scalar's, block b
+ * in lane b % 4) want it.  The token's codes are laid out to match
+ * (lm_act_klanes).  Integer sums are exact, so the result is bitwise the
+ * file's.  A row's super-blocks past its whole steps stay as the file has
+ * them and go through qrow_k.c's kernel (lm_k_tail_gfni); the weights'
+ * copy rearranges only rows of whole steps (repack.c says why), but the
+ * kernels take any.
+ *
+ * What it gives (Zen 4, two threads, tinyllama Q4_K_M, alternated with
+ * the file's layout): 2-12 token prompts 2-10% faster, 20-512 level;
+ * generation 95-96% of what the machine reads at 35 GB/s against 97-98%,
+ * and 80% in a fast spell against 74%.
+ *
+ * Only for CPUs with AVX-512 VNNI, VBMI and GFNI (Ice Lake, Zen 4 on),
+ * where the layouts are used (lm_klanes_layout_native).
+ */
+#include "internal.h"
+#include "simd.h"
+
+#include <string.h>
+
+#define KLANES_TOKENS 2 /* tokens a pass: with 3 or 4, Q4_K's constants spilled */
+
+/*
+ * The token's codes in the order of rearranged rows, in qw, and what each
+ * lane adds to its sums, in ncw (k/16 bytes a row at most).  Q4_K: per
+ * step of 1024, chunk c's 64 codes for the low nibbles (lane 4b + g: codes
+ * 4c..4c+3 of group g of super-block b) at 128c, those for the high
+ * nibbles (group g + 4) at 128c + 64; in ncw, lane 4b + g: the sums of
+ * groups g and g + 4 (for the mins) as two words.  Q6_K: per step, set s
+ * (groups 4s..4s+3) and slice j (codes 4j..4j+3 of each group of 16) at
+ * 256j + 64s; in ncw, per set, -32 times each group's sum (the codes'
+ * offset), the seed of the lane's sum.
+ */
+static void act_q4_k(act_row *a)
+{
+    for (int64_t s = 0; s < a->k / 1024; s++) {
+        const int8_t *in = a->qs + 1024 * s;
+        int8_t *q = a->qw + 1024 * s;
+        int16_t *sums = (int16_t *)(a->ncw + 16 * s);
+        for (int lane = 0; lane < 16; lane++) {
+            const int b = lane / 4, g = lane % 4;
+            for (int c = 0; c < 8; c++) {
+                memcpy(q + 128 * c + 4 * lane, in + 256 * b + 32 * g + 4 * c, 4);
+                memcpy(q + 128 * c + 64 + 4 * lane, in + 256 * b + 32 * (g + 4) + 4 * c, 4);
+            }
+            const int16_t *s16 = a->sum16 + 64 * s + 16 * b;
+            sums[2 * lane] = (int16_t)(s16[2 * g] + s16[2 * g + 1]);
+            sums[2 * lane + 1] = (int16_t)(s16[2 * g + 8] + s16[2 * g + 9]);
+        }
+    }
+}
+
+static void act_q6_k(act_row *a)
+{
+    for (int64_t s = 0; s < a->k / 1024; s++) {
+        const int8_t *in = a->qs + 1024 * s;
+        int8_t *q = a->qw + 1024 * s;
+        int32_t *seed = a->ncw + 64 * s;
+        for (int set = 0; set < 4; set++)
+            for (int lane = 0; lane < 16; lane++) {
+                const int b = lane / 4, group = 4 * set + lane % 4;
+                for (int j = 0; j < 4; j++)
+                    memcpy(q + 256 * j + 64 * set + 4 * lane, in + 256 * b + 16 * group + 4 * j, 4);
+                seed[16 * set + lane] = -32 * a->sum16[64 * s + 16 * b + group];
+            }
+    }
+}
+
+void lm_act_klanes(act_row *a, uint32_t tag)
+{
+    if (tag == LM_Q6_K_LANES)
+        act_q6_k(a);
+    else
+        act_q4_k(a);
+    a->klanes = (int)tag;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#define KL __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")))
+
+/* Each byte's high nibble: one affine map over GF(2) (bit i takes bit i + 4) */
+KL static INLINE __m512i high_nibbles(__m512i x)
+{
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(0x1020408000000000ll), 0);
+}
+
+/* A 128-bit lane's byte shuffle, the same in every lane */
+KL static INLINE __m512i lane_shuffle(__m512i x, __m128i idx)
+{
+    return _mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(idx));
+}
+
+/*
+ * Q4_K/Q5_K's eight six-bit scales and mins from a block's first 16 bytes
+ * (in each 128-bit lane): scales in bytes 0-7, mins in 8-15 (as qrow_k.c).
+ */
+KL static INLINE __m512i six_bit_scales(__m512i x)
+{
+    const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    __m512i lo = _mm512_shuffle_epi8(x, lo_src), hi = _mm512_shuffle_epi8(x, hi_src);
+    lo = _mm512_and_si512(_mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4)), keep);
+    return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
+}
+
+/*
+ * A 64-byte load of a step's, and the line lm_prefetch_ahead would ask for
+ * that far on: a step's lines asked for one a load, as a burst of them a
+ * step stalls the loads behind it from memory (tinyllama Q4_K_M
+ * generating at 35 GB/s, its ffn_down also in the layout: 82-85% of what
+ * the machine read with the burst, 89-92% spread; 6 KiB ahead against 8
+ * and 12 with only whole steps in the layout: 95% against 93-94).
+ */
+KL static INLINE __m512i load_ahead(uint32_t t, const uint8_t *p, int n)
+{
+    if (n == 1)
+        __builtin_prefetch(p + lm_prefetch_one(t), 0, 2);
+    else
+        __builtin_prefetch(p + LM_PREFETCH_FEW, 0, 3);
+    return load_once512(p);
+}
+
+/* The token's super-block scales d of the step's 4 super-blocks, each in its 128-bit lane. */
+KL static INLINE __m512 step_act_scales(const act_row *a, int64_t s)
+{
+    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(_mm_loadu_ps(a->d + 4 * s)));
+}
+
+/*
+ * A step of a rearranged Q4_K row (repack.c) for n tokens: the lanes add
+ * up 16 codes of their groups a chunk pair (|sum| <= 16 * 15 * 127 fits the
+ * word its scale meets), so the step meets its scales in four word
+ * multiply-adds, and its mins in one.  acc[j]: lane 4b the sums, 4b + 2 the
+ * mins of the super-blocks b mod 4.
+ */
+KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int64_t s, __m512 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i x = load_ahead(LM_Q4_K, st, n), s8 = six_bit_scales(x);
+    __m512i A[KLANES_TOKENS][4]; /* low nibbles' codes 0-15 of each group, high's, low's 16-31, high's */
+    for (int j = 0; j < n; j++)
+        A[j][0] = A[j][1] = A[j][2] = A[j][3] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < 8; c++) {
+        const __m512i w = load_ahead(LM_Q4_K, st + 64 + 64 * c, n);
+        const __m512i lo = _mm512_and_si512(w, m4), hi = high_nibbles(w);
+        const int z = 2 * (c / 4);
+        for (int j = 0; j < n; j++) {
+            const int8_t *q = a[j].qw + 1024 * s + 128 * c;
+            A[j][z] = _mm512_dpbusd_epi32(A[j][z], lo, _mm512_loadu_si512(q));
+            A[j][z + 1] = _mm512_dpbusd_epi32(A[j][z + 1], hi, _mm512_loadu_si512(q + 64));
+        }
+    }
+    /* lane 4b + g: scale g of super-block b (S0), g + 4 (S1), in the low word; mins g and g + 4 as words */
+    const __m512i S0 = lane_shuffle(s8, _mm_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1));
+    const __m512i S1 = lane_shuffle(s8, _mm_setr_epi8(4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1));
+    const __m512i Mw = lane_shuffle(s8, _mm_setr_epi8(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1));
+    /* d, d, dmin, dmin of super-block b in lanes 4b..4b+3 */
+    const __m512i dd_idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            25, 25, 24, 24, 17, 17, 16, 16, 9, 9, 8, 8, 1, 1, 0, 0);
+    const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dd_idx, x)));
+    for (int j = 0; j < n; j++) {
+        __m512i T = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][0], S0);
+        __m512i U = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][1], S1);
+        T = _mm512_add_epi32(_mm512_dpwssd_epi32(T, A[j][2], S0), _mm512_dpwssd_epi32(U, A[j][3], S1));
+        __m512i M = _mm512_madd_epi16(Mw, _mm512_loadu_si512(a[j].ncw + 16 * s));
+        T = _mm512_add_epi32(T, _mm512_shuffle_epi32(T, 0x4e));
+        M = _mm512_add_epi32(M, _mm512_shuffle_epi32(M, 0x4e));
+        __m512i X = _mm512_mask_blend_epi32(0xcccc, T, M); /* per 128-bit lane: sums, sums, mins, mins */
+        X = _mm512_add_epi32(X, _mm512_shuffle_epi32(X, 0xb1));
+        const __m512 f = _mm512_cvtepi32_ps(X), p = _mm512_mul_ps(dd, step_act_scales(&a[j], s));
+        acc[j] = _mm512_mask3_fmadd_ps(p, f, acc[j], 0x1111); /* lm_dot_k_scalar's float steps */
+        acc[j] = _mm512_mask_add_ps(acc[j], 0x4444, acc[j], _mm512_mul_ps(p, f));
+    }
+}
+
+/* Bytes x (< 72) of a Q6_K step's 72 bytes of scales and factors, from its two loads (at 768 and 776). */
+#define K6_AT(x) ((x) < 64 ? (x) : 56 + (x))
+
+/*
+ * A step of a rearranged Q6_K row for n tokens: each lane adds up the 16
+ * codes of one group, seeded with -32 times the token's sum over them, so
+ * the sum is the signed codes' (|sum| <= 16 * 32 * 127, more than a word:
+ * the scales meet it in 32-bit multiplies, one a set of 16 groups).
+ */
+KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int64_t s, __m512 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512i A[KLANES_TOKENS][4]; /* set s: groups 4s..4s+3 of each super-block */
+    for (int j = 0; j < n; j++)
+        for (int set = 0; set < 4; set++)
+            A[j][set] = _mm512_loadu_si512(a[j].ncw + 64 * s + 16 * set);
+    _Pragma("GCC unroll 4")
+    for (int sl = 0; sl < 4; sl++) {
+        const __m512i qh = load_ahead(LM_Q6_K, st + 512 + 64 * sl, n);
+        const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m512i w = load_ahead(LM_Q6_K, st + 64 * (4 * h + sl), n);
+            const __m512i v0 = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), top[2 * h], m30, 0xf8);
+            const __m512i v1 = _mm512_ternarylogic_epi32(high_nibbles(w), top[2 * h + 1], m30, 0xf8);
+            for (int j = 0; j < n; j++) {
+                const int8_t *q = a[j].qw + 1024 * s + 256 * sl + 128 * h;
+                A[j][2 * h] = _mm512_dpbusd_epi32(A[j][2 * h], v0, _mm512_loadu_si512(q));
+                A[j][2 * h + 1] = _mm512_dpbusd_epi32(A[j][2 * h + 1], v1, _mm512_loadu_si512(q + 64));
+            }
+        }
+    }
+    /* super-block b's 16 scales in 128-bit lane b, its d in words 4b..4b+3 */
+#define K6_B(b, i) (char)K6_AT(18 * (b) + (i))
+#define K6_LANE(b) K6_B(b, 15), K6_B(b, 14), K6_B(b, 13), K6_B(b, 12), K6_B(b, 11), K6_B(b, 10), K6_B(b, 9), \
+                   K6_B(b, 8), K6_B(b, 7), K6_B(b, 6), K6_B(b, 5), K6_B(b, 4), K6_B(b, 3), K6_B(b, 2), K6_B(b, 1), K6_B(b, 0)
+#define K6_D(b) K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16)
+    const __m512i tail0 = load_ahead(LM_Q6_K, st + 768, n), tail1 = load_ahead(LM_Q6_K, st + 776, n);
+    const __m512i sc = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(K6_LANE(3), K6_LANE(2), K6_LANE(1), K6_LANE(0)), tail1);
+    const __m512i d16 = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                        K6_D(3), K6_D(2), K6_D(1), K6_D(0)), tail1);
+#undef K6_D
+#undef K6_LANE
+#undef K6_B
+    const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(d16));
+    /* lane 4b + g: the signed scale of group 4 set + g, from the top byte of its dword */
+    __m512i SC[4];
+    for (int set = 0; set < 4; set++) {
+        const char g0 = (char)(4 * set);
+        SC[set] = _mm512_srai_epi32(lane_shuffle(sc, _mm_setr_epi8(-1, -1, -1, g0, -1, -1, -1, (char)(g0 + 1), -1, -1, -1,
+                                                                    (char)(g0 + 2), -1, -1, -1, (char)(g0 + 3))), 24);
+    }
+    for (int j = 0; j < n; j++) {
+        __m512i T = _mm512_add_epi32(_mm512_mullo_epi32(A[j][0], SC[0]), _mm512_mullo_epi32(A[j][1], SC[1]));
+        T = _mm512_add_epi32(T, _mm512_add_epi32(_mm512_mullo_epi32(A[j][2], SC[2]), _mm512_mullo_epi32(A[j][3], SC[3])));
+        T = _mm512_add_epi32(T, _mm512_shuffle_epi32(T, 0x4e));
+        T = _mm512_add_epi32(T, _mm512_shuffle_epi32(T, 0xb1));
+        const __m512 p = _mm512_mul_ps(dd, step_act_scales(&a[j], s));
+        acc[j] = _mm512_mask3_fmadd_ps(p, _mm512_cvtepi32_ps(T), acc[j], 0x1111); /* no mins */
+    }
+}
+
+/* n (1-2) tokens through a rearranged row: its whole steps, then the super-blocks left as the file has them. */
+KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, const act_row *a, int n, float *out,
+                                 size_t ldo)
+{
+    const int q6 = tag == LM_Q6_K_LANES;
+    const size_t step = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
+    const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
+    __m512 acc[KLANES_TOKENS];
+    for (int j = 0; j < n; j++)
+        acc[j] = _mm512_setzero_ps();
+    const int64_t steps = k / 1024, nb = k / 256;
+    for (int64_t s = 0; s < steps; s++) {
+        if (q6)
+            q6_k_step(row + step * s, a, n, s, acc);
+        else
+            q4_k_step(row + step * s, a, n, s, acc);
+    }
+    /* row_k's order: the sums and mins of super-blocks b mod 4 in lanes 2b, 2b + 1 */
+    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    float lanes[KLANES_TOKENS][8];
+    __m256 acc8[KLANES_TOKENS];
+    for (int j = 0; j < n; j++)
+        acc8[j] = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick, acc[j]));
+    if (4 * steps < nb) {
+        for (int j = 0; j < n; j++)
+            _mm256_storeu_ps(lanes[j], acc8[j]);
+        lm_k_tail_gfni(t, row, 4 * steps, (int)(nb - 4 * steps), a, n, lanes[0]);
+        for (int j = 0; j < n; j++)
+            acc8[j] = _mm256_loadu_ps(lanes[j]);
+    }
+    for (int j = 0; j < n; j++) { /* lm_k_total's tree */
+        __m256 pairs = _mm256_add_ps(acc8[j], _mm256_permute_ps(acc8[j], 0x4e));
+        __m128 u = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+        out[(size_t)j * ldo] = _mm_cvtss_f32(_mm_sub_ss(u, _mm_movehdup_ps(u)));
+    }
+}
+
+/*
+ * Rows one after another, tokens two at a time, each count a literal so
+ * the accumulators stay in registers (Q4_K, one thread, 2048 columns from
+ * L2: 9.4-10.2 ticks a super-block and token in pairs, 14-15 three or four
+ * at a time, 9.7-11.3 for the file's layout).
+ */
+#define ROWS_KLANES(name, tag)                                                                              \
+    KL __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr, int64_t k,   \
+                                                  const act_row *a, int n, float *out, size_t ldo)         \
+    {                                                                                                       \
+        for (int64_t r = 0; r < nr; r++)                                                                    \
+            for (int j = 0; j < n; j += KLANES_TOKENS) {                                                    \
+                if (n - j == 1)                                                                             \
+                    row_klanes(tag, row0 + (size_t)r * rb, k, a + j, 1, out + (size_t)j * ldo + r, ldo);    \
+                else                                                                                        \
+                    row_klanes(tag, row0 + (size_t)r * rb, k, a + j, 2, out + (size_t)j * ldo + r, ldo);    \
+            }                                                                                               \
+    }
+ROWS_KLANES(rows_q4_k_lanes, LM_Q4_K_LANES)
+ROWS_KLANES(rows_q6_k_lanes, LM_Q6_K_LANES)
+#undef ROWS_KLANES
+
+int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
+                   float *out, size_t ldo)
+{
+    if (tag == LM_Q4_K_LANES)
+        rows_q4_k_lanes(row0, rb, nr, k, a, n, out, ldo);
+    else
+        rows_q6_k_lanes(row0, rb, nr, k, a, n, out, ldo);
+    return 1;
+}
+
+/* 16 bytes at p, p + stride, p + 2 stride, p + 3 stride, one per 128-bit lane. */
+KL static INLINE __m512i four_columns(const uint8_t *p, size_t stride)
+{
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
+}
+
+/*
+ * Super-block b (b % 4 of its step) of a rearranged Q4_K row: its 128 code
+ * bytes are the 16 bytes at 16b of each of the step's 8 chunks, and a
+ * byte permute of each nibble's half puts them in order.
+ */
+KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, uint8_t *u)
+{
+    /* code j of the permute's two groups (2h + j / 32): code n = j % 32 lies in chunk n / 4, byte 4g + n % 4 */
+#define K4_AT(h, j) (char)(64 * ((j) % 32 / 16) + 16 * ((j) % 32 / 4 % 4) + 4 * (2 * (h) + (j) / 32) + (j) % 4)
+#define K4_8(h, j) K4_AT(h, j + 7), K4_AT(h, j + 6), K4_AT(h, j + 5), K4_AT(h, j + 4), K4_AT(h, j + 3), \
+                   K4_AT(h, j + 2), K4_AT(h, j + 1), K4_AT(h, j)
+#define K4_IDX(h) _mm512_set_epi8(K4_8(h, 56), K4_8(h, 48), K4_8(h, 40), K4_8(h, 32), K4_8(h, 24), K4_8(h, 16), \
+                                  K4_8(h, 8), K4_8(h, 0))
+    const __m512i m4 = _mm512_set1_epi8(0x0f), idx0 = K4_IDX(0), idx1 = K4_IDX(1);
+#undef K4_IDX
+#undef K4_8
+#undef K4_AT
+    const uint8_t *col = step + 64 + 16 * b;
+    const __m512i y0 = four_columns(col, 64), y1 = four_columns(col + 256, 64);
+    const __m512i lo0 = _mm512_and_si512(y0, m4), lo1 = _mm512_and_si512(y1, m4);
+    const __m512i hi0 = high_nibbles(y0), hi1 = high_nibbles(y1);
+    _mm512_storeu_si512(u, _mm512_permutex2var_epi8(lo0, idx0, lo1));
+    _mm512_storeu_si512(u + 64, _mm512_permutex2var_epi8(lo0, idx1, lo1));
+    _mm512_storeu_si512(u + 128, _mm512_permutex2var_epi8(hi0, idx0, hi1));
+    _mm512_storeu_si512(u + 192, _mm512_permutex2var_epi8(hi0, idx1, hi1));
+}
+
+/*
+ * The same for Q6_K: set s's codes (groups 4s..4s+3) in slice j come from
+ * chunk 4(s / 2) + j (nibble s % 2) and top bits 2s of qh chunk j, 16
+ * bytes at 16b of each; a dword transpose puts each group's slices in
+ * order.  Codes unsigned (code + 32), as lm_qrow_decode leaves them.
+ */
+KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, uint8_t *u)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i ql[2] = {four_columns(step + 16 * b, 64), four_columns(step + 256 + 16 * b, 64)};
+    const __m512i qh = four_columns(step + 512 + 16 * b, 64);
+    const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
+    for (int set = 0; set < 4; set++) {
+        const __m512i low = set % 2 ? high_nibbles(ql[set / 2]) : _mm512_and_si512(ql[set / 2], m4);
+        const __m512i v = _mm512_ternarylogic_epi32(low, top[set], m30, 0xf8);
+        _mm512_storeu_si512(u + 64 * set, _mm512_permutexvar_epi32(order, v));
+    }
+}
+
+/* A rearranged row into what qgemm.c's VNNI groups read (as lm_row_k_prepare does from the file's). */
+KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
+{
+    const int q6 = tag == LM_Q6_K_LANES;
+    const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
+    const size_t step_bytes = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
+    const int64_t nb = k / 256, whole = nb / 4 * 4;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *step = row + step_bytes * (b / 4);
+        if (b >= whole) { /* left as the file has them */
+            lm_k_block_prepare(t, row, r, b);
+            continue;
+        }
+        if (b % 4 == 0)
+            lm_prefetch_ahead(t, step, step_bytes, 16);
+        /* the scales where lm_k_scales_prepare looks for them: a Q4_K block's first 16 bytes, Q6_K's 192-209 */
+        lm_k_scales_prepare(t, q6 ? step + 768 + 18 * (b % 4) - 192 : step + 16 * (b % 4), r, b);
+        if (q6)
+            q6_k_block_codes(step, (int)(b % 4), r->u + b * 256);
+        else
+            q4_k_block_codes(step, (int)(b % 4), r->u + b * 256);
+    }
+    r->type = t, r->k = k;
+    lm_trow_prepare_avx512(r);
+    return 1;
+}
+
+#else /* not x86-64: never called, the layouts are not used (lm_klanes_layout_native) */
+
+int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
+                   float *out, size_t ldo)
+{
+    (void)tag, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
+    return 0;
+}
+
+int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
+{
+    (void)tag, (void)row, (void)k, (void)r;
+    return 0;
+}
+
+#endif
