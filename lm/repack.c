@@ -86,49 +86,95 @@ static int k_bs(uint32_t t)
     return t == LM_Q6_K ? 210 : 144;
 }
 
-/* Code e (0-255) of a super-block as the file has it (Q6_K's unsigned, 0-63). */
-static int k_file_code(uint32_t t, const uint8_t *blk, int e)
+/* A super-block's 256 codes as the file has them, into u (Q6_K's unsigned, 0-63). */
+static void k_file_codes(uint32_t t, const uint8_t *blk, uint8_t *u)
 {
-    if (t == LM_Q4_K)
-        return blk[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2)) & 15;
-    const int n = e / 128, q = e % 128 / 32, l = e % 32;
-    const int low = blk[64 * n + l + 32 * (q % 2)] >> (4 * (q / 2)) & 15;
-    return low | (blk[128 + 32 * n + l] >> (2 * q) & 3) << 4;
-}
-
-static void k_file_put(uint32_t t, uint8_t *blk, int e, int code)
-{
-    if (t == LM_Q4_K) {
-        blk[16 + 32 * (e / 64) + e % 32] |= (uint8_t)(code << (4 * (e / 32 % 2)));
+    if (t == LM_Q4_K) { /* bytes 32p + l: codes 64p + l (low nibble) and 64p + 32 + l (high) */
+        for (int p = 0; p < 4; p++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t x = blk[16 + 32 * p + l];
+                u[64 * p + l] = x & 15, u[64 * p + 32 + l] = x >> 4;
+            }
         return;
     }
-    const int n = e / 128, q = e % 128 / 32, l = e % 32;
-    blk[64 * n + l + 32 * (q % 2)] |= (uint8_t)((code & 15) << (4 * (q / 2)));
-    blk[128 + 32 * n + l] |= (uint8_t)((code >> 4) << (2 * q));
+    for (int n = 0; n < 2; n++) /* each half's quarters: low bits from bytes l, 32 + l, top bits from qh byte l */
+        for (int l = 0; l < 32; l++) {
+            const uint8_t a = blk[64 * n + l], b = blk[64 * n + 32 + l], h = blk[128 + 32 * n + l];
+            u[128 * n + l] = (uint8_t)((a & 15) | (h & 3) << 4);
+            u[128 * n + 32 + l] = (uint8_t)((b & 15) | (h >> 2 & 3) << 4);
+            u[128 * n + 64 + l] = (uint8_t)((a >> 4) | (h >> 4 & 3) << 4);
+            u[128 * n + 96 + l] = (uint8_t)((b >> 4) | (h >> 6) << 4);
+        }
 }
 
-/* Code e of super-block b in a step of the lanes layout: get, or or into a zeroed step. */
-static int k_lanes_code(uint32_t t, const uint8_t *step, int b, int e)
+/* The inverse: codes u into a super-block's code bytes as the file has them (its scales untouched). */
+static void k_file_bytes(uint32_t t, const uint8_t *u, uint8_t *blk)
 {
     if (t == LM_Q4_K) {
-        const int g = e / 32, c = e % 32, at = 64 + 64 * (c / 4) + 4 * (4 * b + g % 4) + c % 4;
-        return step[at] >> (4 * (g / 4)) & 15;
-    }
-    const int g = e / 16, c = e % 16, s = g / 4, lane = 4 * (4 * b + g % 4) + c % 4;
-    const int low = step[64 * (4 * (s / 2) + c / 4) + lane] >> (4 * (s % 2)) & 15;
-    return low | (step[512 + 64 * (c / 4) + lane] >> (2 * s) & 3) << 4;
-}
-
-static void k_lanes_put(uint32_t t, uint8_t *step, int b, int e, int code)
-{
-    if (t == LM_Q4_K) {
-        const int g = e / 32, c = e % 32, at = 64 + 64 * (c / 4) + 4 * (4 * b + g % 4) + c % 4;
-        step[at] |= (uint8_t)(code << (4 * (g / 4)));
+        for (int p = 0; p < 4; p++)
+            for (int l = 0; l < 32; l++)
+                blk[16 + 32 * p + l] = (uint8_t)(u[64 * p + l] | u[64 * p + 32 + l] << 4);
         return;
     }
-    const int g = e / 16, c = e % 16, s = g / 4, lane = 4 * (4 * b + g % 4) + c % 4;
-    step[64 * (4 * (s / 2) + c / 4) + lane] |= (uint8_t)((code & 15) << (4 * (s % 2)));
-    step[512 + 64 * (c / 4) + lane] |= (uint8_t)((code >> 4) << (2 * s));
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *q = u + 128 * n + l;
+            blk[64 * n + l] = (uint8_t)((q[0] & 15) | (q[64] & 15) << 4);
+            blk[64 * n + 32 + l] = (uint8_t)((q[32] & 15) | (q[96] & 15) << 4);
+            blk[128 + 32 * n + l] = (uint8_t)(q[0] >> 4 | (q[32] >> 4) << 2 | (q[64] >> 4) << 4 | (q[96] >> 4) << 6);
+        }
+}
+
+/* A step's code bytes in the lanes layout from its 4 super-blocks' codes (lane = 4(4b + g) + i). */
+static void k_lanes_bytes(uint32_t t, uint8_t u[4][256], uint8_t *step)
+{
+    if (t == LM_Q4_K) { /* chunk c: code 4c + i of group g (low nibble), g + 4 (high) */
+        for (int c = 0; c < 8; c++)
+            for (int b = 0; b < 4; b++)
+                for (int g = 0; g < 4; g++)
+                    for (int i = 0; i < 4; i++)
+                        step[64 + 64 * c + 4 * (4 * b + g) + i] =
+                            (uint8_t)(u[b][32 * g + 4 * c + i] | u[b][32 * (g + 4) + 4 * c + i] << 4);
+        return;
+    }
+    for (int j = 0; j < 4; j++) /* Q6_K slice j: group g of set s is q[64 s] */
+        for (int b = 0; b < 4; b++)
+            for (int g = 0; g < 4; g++)
+                for (int i = 0; i < 4; i++) {
+                    const int lane = 4 * (4 * b + g) + i;
+                    const uint8_t *q = u[b] + 16 * g + 4 * j + i;
+                    step[64 * j + lane] = (uint8_t)((q[0] & 15) | (q[64] & 15) << 4);
+                    step[64 * (4 + j) + lane] = (uint8_t)((q[128] & 15) | (q[192] & 15) << 4);
+                    step[512 + 64 * j + lane] =
+                        (uint8_t)(q[0] >> 4 | (q[64] >> 4) << 2 | (q[128] >> 4) << 4 | (q[192] >> 4) << 6);
+                }
+}
+
+/* The inverse: a step's 4 super-blocks' codes from its code bytes in the lanes layout. */
+static void k_lanes_codes(uint32_t t, const uint8_t *step, uint8_t u[4][256])
+{
+    if (t == LM_Q4_K) {
+        for (int c = 0; c < 8; c++)
+            for (int b = 0; b < 4; b++)
+                for (int g = 0; g < 4; g++)
+                    for (int i = 0; i < 4; i++) {
+                        const uint8_t x = step[64 + 64 * c + 4 * (4 * b + g) + i];
+                        u[b][32 * g + 4 * c + i] = x & 15, u[b][32 * (g + 4) + 4 * c + i] = x >> 4;
+                    }
+        return;
+    }
+    for (int j = 0; j < 4; j++)
+        for (int b = 0; b < 4; b++)
+            for (int g = 0; g < 4; g++)
+                for (int i = 0; i < 4; i++) {
+                    const int lane = 4 * (4 * b + g) + i;
+                    const uint8_t lo = step[64 * j + lane], hi = step[64 * (4 + j) + lane], top = step[512 + 64 * j + lane];
+                    uint8_t *q = u[b] + 16 * g + 4 * j + i;
+                    q[0] = (uint8_t)((lo & 15) | (top & 3) << 4);
+                    q[64] = (uint8_t)((lo >> 4) | (top >> 2 & 3) << 4);
+                    q[128] = (uint8_t)((hi & 15) | (top >> 4 & 3) << 4);
+                    q[192] = (uint8_t)((hi >> 4) | (top >> 6) << 4);
+                }
 }
 
 /* Where super-block b's scales and factors lie in a step, and in the file's block, and how many bytes. */
@@ -144,15 +190,18 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 {
     const size_t bs = (size_t)k_bs(t), step_bytes = 4 * bs;
     for (int64_t s = 0; s < k / 1024; s++) {
-        uint8_t *step = row + step_bytes * s, in[4 * 210];
-        memcpy(in, step, step_bytes);
-        memset(step, 0, step_bytes);
+        uint8_t *step = row + step_bytes * s, head[4][18], u[4][256];
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
             k_header(t, b, &hs, &hb, &hn);
-            memcpy(step + hs, in + bs * b + hb, hn);
-            for (int e = 0; e < 256; e++)
-                k_lanes_put(t, step, b, e, k_file_code(t, in + bs * b, e));
+            memcpy(head[b], step + bs * b + hb, hn);
+            k_file_codes(t, step + bs * b, u[b]);
+        }
+        k_lanes_bytes(t, u, step);
+        for (int b = 0; b < 4; b++) {
+            size_t hs, hb, hn;
+            k_header(t, b, &hs, &hb, &hn);
+            memcpy(step + hs, head[b], hn);
         }
     }
 }
@@ -164,14 +213,13 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
     const int64_t whole = k / 1024;
     for (int64_t s = 0; s < whole; s++) {
         const uint8_t *step = row + step_bytes * s;
-        uint8_t *out = dst + step_bytes * s;
-        memset(out, 0, step_bytes);
+        uint8_t *out = dst + step_bytes * s, u[4][256];
+        k_lanes_codes(t, step, u);
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
             k_header(t, b, &hs, &hb, &hn);
             memcpy(out + bs * b + hb, step + hs, hn);
-            for (int e = 0; e < 256; e++)
-                k_file_put(t, out + bs * b, e, k_lanes_code(t, step, b, e));
+            k_file_bytes(t, u[b], out + bs * b);
         }
     }
     memcpy(dst + step_bytes * whole, row + step_bytes * whole, (size_t)(k / 256 % 4) * bs);
