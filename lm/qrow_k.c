@@ -139,24 +139,6 @@ KQ static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib,
     c[1] = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), hi);
 }
 
-/*
- * Q4_K/Q5_K pack eight six-bit scales and mins in 12 bytes (q below, bytes
- * 4..15 of the block): scale j < 4 is q[j] & 63, min j < 4 is q[j+4] & 63;
- * for j >= 4 the low four bits come from q[j+4] (scale: low nibble, min:
- * high) and the top two from bits 6-7 of q[j-4] (scale) or q[j] (min).
- * x holds a block's first 16 bytes in each 128-bit lane; the result, its
- * scales in bytes 0-7 and mins in 8-15.
- */
-KQ static INLINE __m512i six_bit_scales(__m512i x)
-{
-    const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
-    const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
-    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    __m512i lo = _mm512_shuffle_epi8(x, lo_src), hi = _mm512_shuffle_epi8(x, hi_src);
-    lo = _mm512_and_si512(_mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4)), keep);
-    return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
-}
-
 /* 16 bytes at offset off of each of the m (1..4) blocks, one per 128-bit lane; zeros past them. */
 KQ static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
 {

@@ -105,20 +105,6 @@ KL static INLINE __m512i lane_shuffle(__m512i x, __m128i idx)
 }
 
 /*
- * Q4_K/Q5_K's eight six-bit scales and mins from a block's first 16 bytes
- * (in each 128-bit lane): scales in bytes 0-7, mins in 8-15 (as qrow_k.c).
- */
-KL static INLINE __m512i six_bit_scales(__m512i x)
-{
-    const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
-    const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
-    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    __m512i lo = _mm512_shuffle_epi8(x, lo_src), hi = _mm512_shuffle_epi8(x, hi_src);
-    lo = _mm512_and_si512(_mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4)), keep);
-    return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
-}
-
-/*
  * A 64-byte load of a step's, and the line lm_prefetch_ahead would ask for
  * that far on: a step's lines asked for one a load, as a burst of them a
  * step stalls the loads behind it from memory (tinyllama Q4_K_M

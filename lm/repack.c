@@ -83,7 +83,7 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
  */
 static int k_bs(uint32_t t)
 {
-    return t == LM_Q6_K ? 210 : 144;
+    return t == LM_Q6_K ? LM_Q6_K_STEP_BYTES / 4 : LM_Q4_K_STEP_BYTES / 4;
 }
 
 /* A super-block's 256 codes as the file has them, into u (Q6_K's unsigned, 0-63). */

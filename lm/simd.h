@@ -1,6 +1,7 @@
 /*
  * lm/simd.h - what the x86 kernel files share (qdot_simd.c, qdot_avx2.c,
- * qgemm.c, qgemm_avx2.c, attention_simd.c, attention_avx2.c, qact_simd.c):
+ * qgemm.c, qgemm_avx2.c, attention_simd.c, attention_avx2.c, qact_simd.c,
+ * qrow_k.c, qrow_klanes.c):
  * the target attributes that let one binary carry AVX2 and AVX-512 code
  * for CPUs chosen at run time, the one tree by which every path adds 16
  * float lanes, and helpers more than one file uses.
@@ -314,6 +315,24 @@ AVX512 static INLINE __m512 hsum16_lanes(const __m512 a[16])
     for (int i = 0; i < 4; i++)
         t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
     return _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+}
+
+/*
+ * Q4_K/Q5_K pack eight six-bit scales and mins in 12 bytes (q below, bytes
+ * 4..15 of the block): scale j < 4 is q[j] & 63, min j < 4 is q[j+4] & 63;
+ * for j >= 4 the low four bits come from q[j+4] (scale: low nibble, min:
+ * high) and the top two from bits 6-7 of q[j-4] (scale) or q[j] (min).
+ * x holds a block's first 16 bytes in each 128-bit lane; the result, its
+ * scales in bytes 0-7 and mins in 8-15.
+ */
+AVX512 static INLINE __m512i six_bit_scales(__m512i x)
+{
+    const __m512i lo_src = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i hi_src = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    __m512i lo = _mm512_shuffle_epi8(x, lo_src), hi = _mm512_shuffle_epi8(x, hi_src);
+    lo = _mm512_and_si512(_mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4)), keep);
+    return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
 }
 
 #endif

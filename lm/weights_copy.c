@@ -19,10 +19,10 @@
  * Nothing is copied when the kernel gives no huge pages, when the copy
  * would take more than half the memory available (models larger than RAM
  * stay mapped and read from the file), or when KVCHAT_MMAP is set.
- * Where the kernels read them faster so, Q4_0 and Q4_K matrices are
- * rearranged as they are copied (repack.c), each unit (a Q4_0 step, a Q4_K
- * row) before the copy counts it done; a tensor adopted with its data
- * takes its layout.
+ * Where the kernels read them faster so, Q4_0, Q4_K and Q6_K matrices are
+ * rearranged as they are copied (repack.c), each unit (a Q4_0 step, a
+ * K-quant row) before the copy counts it done; a tensor adopted with its
+ * data takes its layout.
  */
 #include "internal.h"
 
@@ -110,7 +110,7 @@ static void set_moved(struct lm_copy *cp, size_t done, int decoding)
     pthread_mutex_unlock(&cp->lock);
 }
 
-/* The steps of the rearranged tensors that now lie wholly in the copy's first `upto` bytes. */
+/* The units of the rearranged tensors that now lie wholly in the copy's first `upto` bytes. */
 static void rearrange_copied(struct lm_copy *cp, size_t upto)
 {
     for (size_t i = 0; i < cp->n_spans; i++) { /* a few hundred spans, a look each per 2 MiB copied */
