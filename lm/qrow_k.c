@@ -342,16 +342,26 @@ KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k
 
 #ifdef QROW_K_GFNI
 /*
- * Super-blocks b..b+m-1 (m < 4) of a row as the file has them (row: where
- * the row starts), for n tokens, added into acc (8 floats a token, row_k's
- * lanes): the super-blocks the lanes layouts leave (qrow_klanes.c).
+ * Super-blocks b..b+m-1 (m < 4) of a Q4_K or Q6_K row as the file has them
+ * (row: where the row starts), for n (1-2) tokens, added into acc (8 floats
+ * a token, row_k's lanes): the super-blocks the lanes layouts leave
+ * (qrow_klanes.c).
  */
 KQ void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc)
 {
     __m256 v[LM_ROW_K_TOKENS];
     for (int j = 0; j < n; j++)
         v[j] = _mm256_loadu_ps(acc + 8 * j);
-    quad(t, lm_type_size(t), row, b, m, a, n, 0, v);
+    /* each case a literal type and count: a quad of a type known only at run
+       time lost its prefetches, and those rows read at 23 GB/s against 35 */
+    if (t == LM_Q4_K && n == 1)
+        quad(LM_Q4_K, 144, row, b, m, a, 1, 0, v);
+    else if (t == LM_Q4_K)
+        quad(LM_Q4_K, 144, row, b, m, a, 2, 0, v);
+    else if (n == 1)
+        quad(LM_Q6_K, 210, row, b, m, a, 1, 0, v);
+    else
+        quad(LM_Q6_K, 210, row, b, m, a, 2, 0, v);
     for (int j = 0; j < n; j++)
         _mm256_storeu_ps(acc + 8 * j, v[j]);
 }

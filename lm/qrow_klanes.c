@@ -14,14 +14,12 @@
  * in lane b % 4) want it.  The token's codes are laid out to match
  * (lm_act_klanes).  Integer sums are exact, so the result is bitwise the
  * file's.  A row's super-blocks past its whole steps stay as the file has
- * them and go through qrow_k.c's kernel (lm_k_tail_gfni); the weights'
- * copy rearranges only rows of whole steps (repack.c says why), but the
- * kernels take any.
+ * them and go through qrow_k.c's kernel (lm_k_tail_gfni).
  *
  * What it gives (Zen 4, two threads, tinyllama Q4_K_M, alternated with
  * the file's layout): 2-12 token prompts 2-10% faster, 20-512 level;
- * generation 95-96% of what the machine reads at 35 GB/s against 97-98%,
- * and 80% in a fast spell against 74%.
+ * generation level with it at 35 GB/s (93-97% of what the machine reads),
+ * 80% in a fast spell against 74%.
  *
  * Only for CPUs with AVX-512 VNNI, VBMI and GFNI (Ice Lake, Zen 4 on),
  * where the layouts are used (lm_klanes_layout_native).

@@ -32,8 +32,7 @@
  * 2048 columns from L2: Q4_K 14.9 -> 7.8 ticks a super-block, Q6_K 20.2
  * -> 15.4 through lm_matmul).  A step keeps its 4 super-blocks' bytes
  * (k_to_lanes below has the places); a row's last k/256 mod 4 super-blocks
- * would stay as they are, but only rows of whole steps take the layout
- * (layout_for), and only where the kernels that read them run (AVX-512
+ * stay as they are.  Only where the kernels that read them run (AVX-512
  * with VBMI and GFNI, without AMX).
  */
 #include "internal.h"
@@ -275,11 +274,8 @@ int lm_klanes_layout_native(void)
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
  * matrices of whole steps in rows that come 16 at a time, Q4_K and Q6_K
- * matrices of whole steps (k a multiple of 1024); never the embeddings,
- * looked up row by row.  K-quant rows of other lengths (super-blocks left
- * over, rows at every alignment) read slower from memory in the layout:
- * one token through 16384 rows of 5632 columns on two threads, 23 GB/s
- * against 37 for the file's layout, level at 5120.
+ * matrices of a step a row at least; never the embeddings, looked up row
+ * by row.
  */
 static int layout_for(const gguf_tensor *t, int q4_0, int k_native)
 {
@@ -293,7 +289,7 @@ static int layout_for(const gguf_tensor *t, int q4_0, int k_native)
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
     const int k_quant = t->type == LM_Q4_K || t->type == LM_Q6_K;
-    if (k_native && k_quant && t->ne[0] % 1024 == 0 &&
+    if (k_native && k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 256 * k_bs(t->type)))
         return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;

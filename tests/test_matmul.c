@@ -242,24 +242,24 @@ START_TEST(test_lanes_plan)
 }
 END_TEST
 
-/* Q4_K and Q6_K matrices take their layouts when their rows are whole steps (4 super-blocks), any number of rows. */
+/* Q4_K and Q6_K matrices take their layouts with a whole step (4 super-blocks) a row or more, any number of rows. */
 START_TEST(test_klanes_plan)
 {
     enum { SB = 144, Q4K = LM_LAYOUT_Q4_K_LANES, Q6K = LM_LAYOUT_Q6_K_LANES };
     gguf_tensor t[] = {
         {"a", 2, {1024, 3, 1, 1}, LM_Q4_K, 0, 3 * 4 * SB, NULL},                 /* fits */
-        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* a super-block left over */
+        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* fits, a super-block left over */
         {"c", 2, {768, 4, 1, 1}, LM_Q4_K, 200 * SB, 4 * 3 * SB, NULL},           /* 3 super-blocks a row */
         {"token_embd.weight", 2, {1024, 2, 1, 1}, LM_Q4_K, 300 * SB, 8 * SB, NULL},
         {"d", 2, {1024, 2, 1, 1}, LM_Q6_K, 400 * SB, 2 * 4 * 210, NULL},         /* fits, Q6_K */
         {"e", 2, {1024, 2, 1, 1}, LM_Q4_K, 500 * SB, 7 * SB, NULL},              /* short of its bytes */
         {"f", 2, {1024, 2, 1, 1}, LM_Q4_K, 600 * SB, 8 * SB, NULL},              /* overlapped by g */
         {"g", 2, {1024, 1, 1, 1}, LM_Q4_K, 604 * SB, 4 * SB, NULL},
-        {"h", 2, {1536, 3, 1, 1}, LM_Q6_K, 620 * SB, 3 * 6 * 210, NULL},        /* two super-blocks left over */
+        {"h", 2, {1536, 3, 1, 1}, LM_Q6_K, 620 * SB, 3 * 6 * 210, NULL},        /* fits, two super-blocks left over */
         {"i", 2, {512, 3, 1, 1}, LM_Q6_K, 650 * SB, 3 * 2 * 210, NULL},         /* 2 super-blocks a row */
         {"j", 2, {2048, 1, 1, 1}, LM_Q6_K, 670 * SB, 8 * 210, NULL},            /* fits, Q6_K */
     };
-    const uint8_t want[] = {Q4K, 0, 0, 0, Q6K, 0, 0, 0, 0, 0, Q6K};
+    const uint8_t want[] = {Q4K, Q4K, 0, 0, Q6K, 0, 0, 0, Q6K, 0, Q6K};
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 700 * SB, got), 0);
