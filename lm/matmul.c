@@ -582,7 +582,12 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * crossing was not measured, so there groups start at 10 as before.
  * Short Q4_0 and Q8_0 rows (under 1024 columns) go row by row up to 31:
  * smollm2 Q8_0 (576) pp28 939 -> 1024, pp30 1004 -> 1049 (medians of four
- * alternations), qwen2.5-0.5b Q4_0 (896) level.
+ * alternations), qwen2.5-0.5b Q4_0 (896) level.  Rearranged Q4_K and Q6_K
+ * rows of whole steps (qrow_klanes.c) go row by row up to 23: tinyllama
+ * Q4_K_M pp16 113-137 -> 137-138, pp20 106-121 -> 134-135, pp23 122-138 ->
+ * 136-139 (pp24 level, pp26 141 against 156 grouped); with super-blocks
+ * left over (qwen2.5's ffn_down) they stay at 14 (pp14 357 grouped against
+ * 340, pp24 352 against 307).
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
@@ -590,6 +595,7 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
     const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
     const int from = s->amx ? 10 /* not measured */
                      : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : w->ne[0] < 1024 ? 32 : 28)
+                     : klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0 ? 24
                      : k_quant ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }

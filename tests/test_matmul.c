@@ -157,7 +157,7 @@ START_TEST(test_matmul_lanes_layout)
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 2048}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, KL},
     };
-    static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, NT};
+    static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, 23, 24, NT};
     static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
     static float x[NT * KL], want[NT * ROWS], got[NT * ROWS];
     uint64_t seed = 41;
