@@ -17,9 +17,10 @@
  * them and go through qrow_k.c's kernel (lm_k_tail_gfni).
  *
  * What it gives (Zen 4, two threads, tinyllama Q4_K_M, alternated with
- * the file's layout): 2-12 token prompts 2-10% faster, 20-512 level;
- * generation level with it at 35 GB/s (93-97% of what the machine reads),
- * 80% in a fast spell against 74%.
+ * the file's layout): prompts of 2-23 tokens 2-25% faster (up to 23 go
+ * row by row, matmul.c's is_grouped), 24-512 level; generation level in
+ * t/s at 35 GB/s, and 77-80% of what the machine reads in its fast spells
+ * against 70-75%.
  *
  * Only for CPUs with AVX-512 VNNI, VBMI and GFNI (Ice Lake, Zen 4 on),
  * where the layouts are used (lm_klanes_layout_native).
@@ -33,7 +34,7 @@
 
 /*
  * The token's codes in the order of rearranged rows, in qw, and what each
- * lane adds to its sums, in ncw (k/16 bytes a row at most).  Q4_K: per
+ * lane adds to its sums, in ncw (k/4 bytes a row at most).  Q4_K: per
  * step of 1024, chunk c's 64 codes for the low nibbles (lane 4b + g: codes
  * 4c..4c+3 of group g of super-block b) at 128c, those for the high
  * nibbles (group g + 4) at 128c + 64; in ncw, lane 4b + g: the sums of
