@@ -85,6 +85,7 @@ int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k); 
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
 void lm_k_scales(uint32_t type, const uint8_t *blk, int *sc, int *mn); /* super-block's 16 group scales, mins */
+void lm_k_codes(uint32_t type, const uint8_t *blk, uint8_t *u);      /* its 256 codes, unsigned */
 void lm_k_scales_decode(qrow *r, uint32_t type, const uint8_t *blk, int64_t i);
 typedef void (*lm_k_codes_fn)(uint32_t type, const uint8_t *blk, uint8_t *u); /* 256 codes */
 void lm_qrow_decode_k_with(qrow *r, uint32_t type, const uint8_t *src, int64_t k, lm_k_codes_fn codes);

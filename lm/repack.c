@@ -85,28 +85,7 @@ static int k_bs(uint32_t t)
     return t == LM_Q6_K ? LM_Q6_K_STEP_BYTES / 4 : LM_Q4_K_STEP_BYTES / 4;
 }
 
-/* A super-block's 256 codes as the file has them, into u (Q6_K's unsigned, 0-63). */
-static void k_file_codes(uint32_t t, const uint8_t *blk, uint8_t *u)
-{
-    if (t == LM_Q4_K) { /* bytes 32p + l: codes 64p + l (low nibble) and 64p + 32 + l (high) */
-        for (int p = 0; p < 4; p++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t x = blk[16 + 32 * p + l];
-                u[64 * p + l] = x & 15, u[64 * p + 32 + l] = x >> 4;
-            }
-        return;
-    }
-    for (int n = 0; n < 2; n++) /* each half's quarters: low bits from bytes l, 32 + l, top bits from qh byte l */
-        for (int l = 0; l < 32; l++) {
-            const uint8_t a = blk[64 * n + l], b = blk[64 * n + 32 + l], h = blk[128 + 32 * n + l];
-            u[128 * n + l] = (uint8_t)((a & 15) | (h & 3) << 4);
-            u[128 * n + 32 + l] = (uint8_t)((b & 15) | (h >> 2 & 3) << 4);
-            u[128 * n + 64 + l] = (uint8_t)((a >> 4) | (h >> 4 & 3) << 4);
-            u[128 * n + 96 + l] = (uint8_t)((b >> 4) | (h >> 6) << 4);
-        }
-}
-
-/* The inverse: codes u into a super-block's code bytes as the file has them (its scales untouched). */
+/* A super-block's codes u (lm_k_codes') back into its code bytes as the file has them (its scales untouched). */
 static void k_file_bytes(uint32_t t, const uint8_t *u, uint8_t *blk)
 {
     if (t == LM_Q4_K) {
@@ -194,7 +173,7 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
             size_t hs, hb, hn;
             k_header(t, b, &hs, &hb, &hn);
             memcpy(head[b], step + bs * b + hb, hn);
-            k_file_codes(t, step + bs * b, u[b]);
+            lm_k_codes(t, step + bs * b, u[b]);
         }
         k_lanes_bytes(t, u, step);
         for (int b = 0; b < 4; b++) {
