@@ -139,19 +139,6 @@ KQ static INLINE void half_codes(uint32_t t, const uint8_t *blk, int p, int nib,
     c[1] = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), hi);
 }
 
-/* 16 bytes at offset off of each of the m (1..4) blocks, one per 128-bit lane; zeros past them. */
-KQ static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
-{
-    __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(blk + off)));
-    if (m > 1)
-        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1);
-    if (m > 2)
-        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 2 * bs + off)), 2);
-    if (m > 3)
-        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 3 * bs + off)), 3);
-    return x;
-}
-
 /* Four super-blocks' scales, unpacked together. */
 typedef struct kquad {
     __m512i s8;     /* block i's scales in bytes 0-7 and mins in 8-15 of lane i (Q6_K: 16 scales) */

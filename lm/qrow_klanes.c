@@ -307,15 +307,6 @@ int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int
     return 1;
 }
 
-/* 16 bytes at p, p + stride, p + 2 stride, p + 3 stride, one per 128-bit lane. */
-KL static INLINE __m512i four_columns(const uint8_t *p, size_t stride)
-{
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
-}
-
 /*
  * Super-block b (b % 4 of its step) of a rearranged Q4_K row: its 128 code
  * bytes are the 16 bytes at 16b of each of the step's 8 chunks, and a
@@ -334,7 +325,7 @@ KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, uint8_t *u)
 #undef K4_8
 #undef K4_AT
     const uint8_t *col = step + 64 + 16 * b;
-    const __m512i y0 = four_columns(col, 64), y1 = four_columns(col + 256, 64);
+    const __m512i y0 = quad_bytes(col, 64, 0, 4), y1 = quad_bytes(col + 256, 64, 0, 4);
     const __m512i lo0 = _mm512_and_si512(y0, m4), lo1 = _mm512_and_si512(y1, m4);
     const __m512i hi0 = high_nibbles(y0), hi1 = high_nibbles(y1);
     _mm512_storeu_si512(u, _mm512_permutex2var_epi8(lo0, idx0, lo1));
@@ -353,8 +344,8 @@ KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, uint8_t *u)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i ql[2] = {four_columns(step + 16 * b, 64), four_columns(step + 256 + 16 * b, 64)};
-    const __m512i qh = four_columns(step + 512 + 16 * b, 64);
+    const __m512i ql[2] = {quad_bytes(step, 64, 16 * (size_t)b, 4), quad_bytes(step + 256, 64, 16 * (size_t)b, 4)};
+    const __m512i qh = quad_bytes(step + 512, 64, 16 * (size_t)b, 4);
     const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
     for (int set = 0; set < 4; set++) {
         const __m512i low = set % 2 ? high_nibbles(ql[set / 2]) : _mm512_and_si512(ql[set / 2], m4);

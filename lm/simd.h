@@ -335,6 +335,19 @@ AVX512 static INLINE __m512i six_bit_scales(__m512i x)
     return _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(hi, 2), _mm512_set1_epi8(0x30), 0xf8);
 }
 
+/* 16 bytes at offset off of each of the m (1..4) blocks bs bytes apart, one per 128-bit lane; zeros past them. */
+AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t off, int m)
+{
+    __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(blk + off)));
+    if (m > 1)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1);
+    if (m > 2)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 2 * bs + off)), 2);
+    if (m > 3)
+        x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(blk + 3 * bs + off)), 3);
+    return x;
+}
+
 #endif
 
 #endif
