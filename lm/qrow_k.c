@@ -527,6 +527,17 @@ KQ static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int6
     }
 }
 
+/* Super-block b of a row into r: its codes, scale of every 4 codes, min of every 16 and factors. */
+KQ static INLINE void prepare_block(uint32_t t, size_t bs, const uint8_t *row, int64_t b, qrow *r)
+{
+    kquad q;
+    __m512i c[4];
+    one_block(t, bs, row, b, &q, c, r->d, r->m);
+    kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
+    for (int z = 0; z < 4; z++)
+        _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
+}
+
 /*
  * A K-quant row straight into what qgemm.c's VNNI groups read: the codes,
  * scale of every 4 codes, min of every 16 and super-block factors that
@@ -535,14 +546,8 @@ KQ static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int6
  */
 KQ static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
 {
-    for (int64_t b = 0; b < k / 256; b++) {
-        kquad q;
-        __m512i c[4];
-        one_block(t, bs, row, b, &q, c, r->d, r->m);
-        kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-        for (int z = 0; z < 4; z++)
-            _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
-    }
+    for (int64_t b = 0; b < k / 256; b++)
+        prepare_block(t, bs, row, b, r);
     r->type = t, r->k = k;
     lm_trow_prepare_avx512(r);
 }
@@ -558,15 +563,13 @@ KQ void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
     kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
 }
 
-/* Super-block b of a row, as the file has it there, into r: scales and codes (the lanes layouts' last ones). */
+/* Super-block b of a Q4_K or Q6_K row, as the file has it there, into r (the lanes layouts' last ones). */
 KQ void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b)
 {
-    kquad q;
-    __m512i c[4];
-    one_block(t, lm_type_size(t), row, b, &q, c, r->d, r->m);
-    kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-    for (int z = 0; z < 4; z++)
-        _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
+    if (t == LM_Q4_K) /* literal types, as lm_k_tail_gfni's */
+        prepare_block(LM_Q4_K, 144, row, b, r);
+    else
+        prepare_block(LM_Q6_K, 210, row, b, r);
 }
 
 KQ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
