@@ -80,11 +80,6 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
  * 2s..2s+1 of chunk j at 512 + 64j, byte 4(4b + g) + i each; super-block
  * b's 16 scales and d at 768 + 18b.
  */
-static int k_bs(uint32_t t)
-{
-    return t == LM_Q6_K ? LM_Q6_K_STEP_BYTES / 4 : LM_Q4_K_STEP_BYTES / 4;
-}
-
 /* A super-block's codes u (lm_k_codes') back into its code bytes as the file has them (its scales untouched). */
 static void k_file_bytes(uint32_t t, const uint8_t *u, uint8_t *blk)
 {
@@ -166,7 +161,7 @@ static void k_header(uint32_t t, int b, size_t *in_step, size_t *in_block, size_
 /* A K-quant row of k columns into its lanes layout, in place (the super-blocks past whole steps stay). */
 static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 {
-    const size_t bs = (size_t)k_bs(t), step_bytes = 4 * bs;
+    const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
     for (int64_t s = 0; s < k / 1024; s++) {
         uint8_t *step = row + step_bytes * s, head[4][18], u[4][256];
         for (int b = 0; b < 4; b++) {
@@ -187,7 +182,7 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 /* A K-quant row in its lanes layout back into the file's layout at dst. */
 static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k)
 {
-    const size_t bs = (size_t)k_bs(t), step_bytes = 4 * bs;
+    const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
     const int64_t whole = k / 1024;
     for (int64_t s = 0; s < whole; s++) {
         const uint8_t *step = row + step_bytes * s;
@@ -211,7 +206,7 @@ static uint32_t k_layout_type(int layout)
 /* The bytes a layout rearranges at once: a Q4_0 step, a K-quant row (its tail stays). */
 size_t lm_layout_unit(int layout, int64_t k)
 {
-    return layout == LM_LAYOUT_Q4_0_LANES ? STEP_BYTES : (size_t)(k / 256) * (size_t)k_bs(k_layout_type(layout));
+    return layout == LM_LAYOUT_Q4_0_LANES ? STEP_BYTES : lm_row_bytes(k_layout_type(layout), k);
 }
 
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
@@ -269,7 +264,7 @@ static int layout_for(const gguf_tensor *t, int q4_0, int k_native)
         return LM_LAYOUT_Q4_0_LANES;
     const int k_quant = t->type == LM_Q4_K || t->type == LM_Q6_K;
     if (k_native && k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
-        t->nbytes == rows * (uint64_t)(t->ne[0] / 256 * k_bs(t->type)))
+        t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
         return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;
 }
