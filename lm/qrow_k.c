@@ -320,11 +320,8 @@ KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k
         quad(t, bs, row, b, 4, a, n, nib, acc);
     if (b < nb)
         quad(t, bs, row, b, (int)(nb - b), a, n, nib, acc);
-    for (int j = 0; j < n; j++) { /* lm_k_total's tree, in the lanes (a call cost a short row 4%) */
-        __m256 pairs = _mm256_add_ps(acc[j], _mm256_permute_ps(acc[j], 0x4e)); /* s0 + s1, m0 + m1; s2 + s3, ... */
-        __m128 u = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
-        out[(size_t)j * ldo] = _mm_cvtss_f32(_mm_sub_ss(u, _mm_movehdup_ps(u)));
-    }
+    for (int j = 0; j < n; j++)
+        out[(size_t)j * ldo] = k_lanes_total(acc[j]);
 }
 
 #ifdef QROW_K_GFNI

@@ -268,11 +268,8 @@ KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, co
         for (int j = 0; j < n; j++)
             acc8[j] = _mm256_loadu_ps(lanes[j]);
     }
-    for (int j = 0; j < n; j++) { /* lm_k_total's tree */
-        __m256 pairs = _mm256_add_ps(acc8[j], _mm256_permute_ps(acc8[j], 0x4e));
-        __m128 u = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
-        out[(size_t)j * ldo] = _mm_cvtss_f32(_mm_sub_ss(u, _mm_movehdup_ps(u)));
-    }
+    for (int j = 0; j < n; j++)
+        out[(size_t)j * ldo] = k_lanes_total(acc8[j]);
 }
 
 /*

@@ -348,6 +348,18 @@ AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t of
     return x;
 }
 
+/*
+ * lm_k_total of a K-quant row's lanes (acc: super-blocks b mod 4's sums in
+ * lane 2b, their mins in 2b + 1), in its fixed tree: inline, as a call cost
+ * a short row 4%.
+ */
+AVX2 static INLINE float k_lanes_total(__m256 acc)
+{
+    __m256 pairs = _mm256_add_ps(acc, _mm256_permute_ps(acc, 0x4e)); /* s0 + s1, m0 + m1; s2 + s3, ... */
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+    return _mm_cvtss_f32(_mm_sub_ss(u, _mm_movehdup_ps(u)));
+}
+
 #endif
 
 #endif
