@@ -475,6 +475,14 @@ KQ static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t *sc4
     _mm256_storeu_si256((__m256i *)mn, m16);
 }
 
+/* A decoded super-block's factors, d and dmin, into d[b] and m[b]. */
+KQ static INLINE void store_factors(const kquad *q, float *d, float *m, int64_t b)
+{
+    float dd[8];
+    _mm256_storeu_ps(dd, q->dd);
+    d[b] = dd[0], m[b] = dd[1];
+}
+
 /*
  * Super-block b of a row read alone, for the batch paths: prefetched (rows
  * go in file order, so this reads the next ones), its scales unpacked into
@@ -487,9 +495,7 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
     lm_prefetch_ahead(t, blk, bs, 16); /* for the batch kernels */
     decode_quad(t, blk, bs, 1, q);
     block_codes(t, blk, 0, c);
-    float dd[8];
-    _mm256_storeu_ps(dd, q->dd);
-    d[b] = dd[0], m[b] = dd[1];
+    store_factors(q, d, m, b);
 }
 
 /*
@@ -554,9 +560,7 @@ KQ void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
 {
     kquad q;
     decode_quad(t, blk, lm_type_size(t), 1, &q);
-    float dd[8];
-    _mm256_storeu_ps(dd, q.dd);
-    r->d[b] = dd[0], r->m[b] = dd[1];
+    store_factors(&q, r->d, r->m, b);
     kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
 }
 
