@@ -278,6 +278,17 @@ static inline size_t lm_prefetch_one(uint32_t t)
 #define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
 #define LM_Q4_K_STEP_BYTES 576 /* 4 Q4_K super-blocks */
 #define LM_Q6_K_STEP_BYTES 840 /* 4 Q6_K super-blocks */
+/*
+ * Where super-block b (0-3) of a K-quant lanes step keeps its scales and
+ * factors (they stay whole: Q4_K's 16 header bytes at 16b, Q6_K's 16
+ * scales and d at 768 + 18b), where the file's block has them, and how many.
+ */
+static inline void lm_klanes_header(uint32_t t, int b, size_t *in_step, size_t *in_block, size_t *n)
+{
+    *in_step = t == LM_Q4_K ? 16 * (size_t)b : 768 + 18 * (size_t)b;
+    *in_block = t == LM_Q4_K ? 0 : 192;
+    *n = t == LM_Q4_K ? 16 : 18;
+}
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */

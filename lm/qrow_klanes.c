@@ -366,8 +366,9 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
         }
         if (b % 4 == 0)
             lm_prefetch_ahead(t, step, step_bytes, 16);
-        /* the scales where lm_k_scales_prepare looks for them: a Q4_K block's first 16 bytes, Q6_K's 192-209 */
-        lm_k_scales_prepare(t, q6 ? step + 768 + 18 * (b % 4) - 192 : step + 16 * (b % 4), r, b);
+        size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
+        lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
+        lm_k_scales_prepare(t, step + hs - hb, r, b);
         if (q6)
             q6_k_block_codes(step, (int)(b % 4), r->u + b * 256);
         else

@@ -150,14 +150,6 @@ static void k_lanes_codes(uint32_t t, const uint8_t *step, uint8_t u[4][256])
                 }
 }
 
-/* Where super-block b's scales and factors lie in a step, and in the file's block, and how many bytes. */
-static void k_header(uint32_t t, int b, size_t *in_step, size_t *in_block, size_t *n)
-{
-    *in_step = t == LM_Q4_K ? 16 * (size_t)b : 768 + 18 * (size_t)b;
-    *in_block = t == LM_Q4_K ? 0 : 192;
-    *n = t == LM_Q4_K ? 16 : 18;
-}
-
 /* A K-quant row of k columns into its lanes layout, in place (the super-blocks past whole steps stay). */
 static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 {
@@ -166,14 +158,14 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
         uint8_t *step = row + step_bytes * s, head[4][18], u[4][256];
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
-            k_header(t, b, &hs, &hb, &hn);
+            lm_klanes_header(t, b, &hs, &hb, &hn);
             memcpy(head[b], step + bs * b + hb, hn);
             lm_k_codes(t, step + bs * b, u[b]);
         }
         k_lanes_bytes(t, u, step);
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
-            k_header(t, b, &hs, &hb, &hn);
+            lm_klanes_header(t, b, &hs, &hb, &hn);
             memcpy(step + hs, head[b], hn);
         }
     }
@@ -190,7 +182,7 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
         k_lanes_codes(t, step, u);
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
-            k_header(t, b, &hs, &hb, &hn);
+            lm_klanes_header(t, b, &hs, &hb, &hn);
             memcpy(out + bs * b + hb, step + hs, hn);
             k_file_bytes(t, u[b], out + bs * b);
         }
