@@ -291,6 +291,7 @@ static inline void lm_klanes_header(uint32_t t, int b, size_t *in_step, size_t *
 }
 void lm_q4_0_to_lanes(uint8_t *step);
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
+uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K */
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in place */
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */

@@ -190,15 +190,19 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
     memcpy(dst + step_bytes * whole, row + step_bytes * whole, (size_t)(k / 256 % 4) * bs);
 }
 
-static uint32_t k_layout_type(int layout)
+/* The tensor type a rearranged layout holds (0 for the file's, which holds any). */
+uint32_t lm_layout_type(int layout)
 {
-    return layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K : LM_Q4_K;
+    return layout == LM_LAYOUT_Q4_0_LANES   ? LM_Q4_0
+           : layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K
+           : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
+                                            : 0;
 }
 
 /* The bytes a layout rearranges at once: a Q4_0 step, a K-quant row (its tail stays). */
 size_t lm_layout_unit(int layout, int64_t k)
 {
-    return layout == LM_LAYOUT_Q4_0_LANES ? STEP_BYTES : lm_row_bytes(k_layout_type(layout), k);
+    return layout == LM_LAYOUT_Q4_0_LANES ? STEP_BYTES : lm_row_bytes(lm_layout_type(layout), k);
 }
 
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
@@ -206,7 +210,7 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_to_lanes(unit);
     else if (layout != LM_LAYOUT_FILE)
-        k_to_lanes(k_layout_type(layout), unit, k);
+        k_to_lanes(lm_layout_type(layout), unit, k);
 }
 
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
@@ -214,7 +218,7 @@ void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
     else
-        k_from_lanes(k_layout_type(layout), row, dst, k);
+        k_from_lanes(lm_layout_type(layout), row, dst, k);
 }
 
 /* Whether this machine's kernels read rearranged Q4_0 rows natively (KVCHAT_ISA forces other paths). */

@@ -408,9 +408,7 @@ START_TEST(test_weights_copy)
         const int layout = settled.tensors[i].layout;
         if (layout != LM_LAYOUT_FILE) {
             const size_t rb = lm_row_bytes(t->type, t->ne[0]);
-            ck_assert(t->type == (layout == LM_LAYOUT_Q4_K_LANES   ? LM_Q4_K
-                                  : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
-                                                                   : LM_Q4_0));
+            ck_assert(t->type == lm_layout_type(layout));
             ck_assert((back = malloc((size_t)t->nbytes)));
             for (int64_t r = 0; r < t->ne[1]; r++)
                 lm_layout_undo(layout, bytes + r * rb, back + r * rb, t->ne[0]);

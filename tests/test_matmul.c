@@ -131,9 +131,7 @@ END_TEST
 /* A matrix of `rows` rows into the layout, in place, unit by unit as the weights' copy does it. */
 static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
 {
-    static const uint32_t types[] = {[LM_LAYOUT_Q4_0_LANES] = LM_Q4_0, [LM_LAYOUT_Q4_K_LANES] = LM_Q4_K,
-                                     [LM_LAYOUT_Q6_K_LANES] = LM_Q6_K};
-    const size_t unit = lm_layout_unit(layout, k), bytes = (size_t)rows * lm_row_bytes(types[layout], k);
+    const size_t unit = lm_layout_unit(layout, k), bytes = (size_t)rows * lm_row_bytes(lm_layout_type(layout), k);
     for (size_t at = 0; at < bytes; at += unit)
         lm_layout_apply(layout, m + at, k);
 }
