@@ -216,7 +216,7 @@ int lm_cpu_amx(void);                            /* 1: AMX-INT8 usable by this p
 int lm_k_has_mins(uint32_t type);
 /* Copies a decoded row into slot m; p->k set. */
 void lm_rows16_put(rows16 *p, int m, const qrow *r);
-int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0, Q4-6_K; 0: not here */
+int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row); /* Q4_0 (also LM_Q4_0_LANES), Q4-6_K; 0: not here */
 void lm_rows16_use_s8(rows16 *p);                /* the tiles read the rows put into s8 */
 /* The tiles read 16 Q8_0 rows (rb bytes apart) where they lie; their scales go to p->d. */
 void lm_rows16_point_q8_0(rows16 *p, const uint8_t *row0, size_t rb);

@@ -182,7 +182,7 @@ static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
     if (klanes_tag(w))
         return s->gfni && !s->amx;
-    return in_lanes(w) && s->vbmi && !s->amx;
+    return in_lanes(w) && s->vbmi;
 }
 
 /* Row i of w (rb bytes a row) in the file's layout: a rearranged one unpacked into the thread's buffer. */
@@ -250,7 +250,11 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
 static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scratch *s, qrow *r)
 {
     const int64_t k = w->ne[0];
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)i * lm_row_bytes(w->type, k);
+    const size_t rb = lm_row_bytes(w->type, k);
+    const uint8_t *raw = (const uint8_t *)w->data + (size_t)i * rb;
+    if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_rows16_put_raw(p, m, LM_Q4_0_LANES, raw))
+        return; /* transposed from the layout as it lies */
+    const uint8_t *row = file_row(w, i, rb, s);
     if (lm_rows16_put_raw(p, m, w->type, row))
         return;
     lm_qrow_decode(r, w->type, row, k, s->isa);
@@ -547,7 +551,7 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
 {
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
-    const int tiles = grouped && s->amx && !in_lanes(w);
+    const int tiles = grouped && s->amx;
     const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) && !in_lanes(w);
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
