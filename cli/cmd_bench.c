@@ -288,9 +288,9 @@ static int tg_test(const bench_run *b, kv_context *c, int threads, int d, int n,
     const double cache = b->per_pos * (d + (n + 1) / 2.0);
     snprintf(note, cap, "%s with %d thread%s reads %.1f MiB of weights and %.2f MiB of cache per token: "
              "%.1f GB/s, %.0f%% of what this machine read beside it (%.1f-%.1f GB/s; one more run, "
-             "the machine read between every %d tokens)\n", test, threads, threads == 1 ? "" : "s",
-             b->per_token / (1024.0 * 1024.0), cache / (1024.0 * 1024.0), rs.gbs, 100 * rs.share, rs.lo, rs.hi,
-             SHARE_PIECE);
+             "the machine read between every %d tokens; weights asked for %.1f KiB ahead)\n", test, threads,
+             threads == 1 ? "" : "s", b->per_token / (1024.0 * 1024.0), cache / (1024.0 * 1024.0), rs.gbs,
+             100 * rs.share, rs.lo, rs.hi, SHARE_PIECE, lm_ctx_prefetch(c->lm) / 1024.0);
     return 0;
 }
 

@@ -38,6 +38,7 @@ struct lm_ctx {
     int q_dim, k_dim, v_dim, o_dim;
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
     mm_scratch mm;       /* matmul: quantized activations, decoded rows */
+    lm_ahead_tune ahead; /* how far ahead the one-token kernels ask for weights */
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
     float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
@@ -123,6 +124,7 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
         widest = c->o_dim;
     if (mm_scratch_init(&c->mm, c->n_threads, widest, c->ubatch))
         goto oom;
+    lm_ahead_tune_init(&c->ahead);
     return c;
 oom:
     lm_seterr(e, "out of memory for the evaluation buffers");
@@ -686,11 +688,21 @@ static int decode_all(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int po
     return 0;
 }
 
+size_t lm_ctx_prefetch(const lm_ctx *c)
+{
+    return lm_ahead_next(&c->ahead);
+}
+
 int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
               float *logits, volatile int *stop, lm_err *e)
 {
     lm_weights_enter(c->m); /* the tensors copied so far are read from the copy */
+    c->mm.ahead = lm_ahead_next(&c->ahead);
+    const int timed = n == 1 && lm_weights_settled(c->m); /* passes over the weights where they stay */
+    const double t0 = timed ? omp_get_wtime() : 0;
     int rc = decode_all(c, kv, tokens, n, pos0, logits_mode, logits, stop, e);
+    if (timed && rc == 0)
+        lm_ahead_record(&c->ahead, c->mm.ahead, omp_get_wtime() - t0);
     lm_weights_leave(c->m);
     return rc;
 }

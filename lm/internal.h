@@ -60,6 +60,7 @@ typedef struct act_row {
     int nibbles;       /* 1 once qw holds the codes in Q4_K's nibble order (qrow_k.c) */
     int lanes;         /* 1 once qw and ncw hold the block-per-lane order (lm_act_lanes) */
     int klanes;        /* LM_Q4_K_LANES or LM_Q6_K_LANES once they hold that layout's order (lm_act_klanes) */
+    size_t ahead;      /* bytes ahead of its reads a one-token kernel asks for the weights (mm_scratch's) */
 } act_row;
 
 /*
@@ -233,38 +234,39 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * Generating a token streams every weight from DRAM once, and the hardware
  * prefetcher alone leaves a core waiting on most of those loads (tinyllama
  * Q4_0 generated 15 tokens/s without this and 34 with it).  So the kernels
- * request the n bytes LM_PREFETCH_ONE or _FEW beyond those they are about to
- * read, a cache line at a time: a thread's run of rows is contiguous, so
- * that is what it reads a few rows later.  For one token, 8 KiB ahead into
- * L2 (the T1 hint), on the Zen 4 this project is measured on: tinyllama
- * with 2 threads, `kvchat bench -p 0 -n 64 -r 2`, ten alternations against
- * 6 KiB into L1: Q4_K_M 43.9 -> 52.9 tokens/s (8 of 10 ahead), Q8_0 26.5 ->
- * 31.1 (9 of 10), Q4_0 level (51.1, 50.5); six on the smaller models:
- * qwen2.5 Q4_K_M 73.8 -> 80.6, smollm2 Q8_0 184 -> 197, Q4_K_M 217 -> 227,
- * qwen2.5 Q4_0 level; 12 and 16 KiB into L2 no better than 8.  For a few
- * tokens a row takes that many times longer, the lines asked for 8 KiB
- * ahead arrive long before they are read, and each read then waits on L2:
- * there 6 KiB into L1 stays (a 6-token message on smollm2 Q4_K_M, best of
- * 80: 10.11-10.31 ms at 716 cached tokens against 10.41-10.57 into L2).
- * The Zen 5 of an earlier session liked 6 KiB into L1 for one token too
- * (when it read at 65-77 GB/s, tinyllama Q4_0 56.0 GB/s against 42-47 with
- * 8 KiB into L2), and the Xeon before it 8 KiB into L2.  Measured again
- * once the kernels loaded each weight byte once (2026-11-24, tinyllama's
- * 154 matrices one token at a time, two threads, as a share of the
- * machine's read speed beside them, ten rounds alternated): into L2, 6 KiB
- * beat 3, 4, 5, 5.5, 6.5, 7, 8, 12 and 16; against 8, Q4_0 (lanes) 93 ->
- * 95% when the machine read 35 GB/s and 77 -> 82% at 50-60, Q4_K 92 -> 96%
- * and level; Q8_0 94 -> 98% but 88 -> 83%, so Q8_0 stays at 8 KiB.
+ * request the n bytes a row's reads are about to reach, some distance
+ * beyond them, a cache line at a time: a thread's run of rows is
+ * contiguous, so that is what it reads a few rows later.  For one token the
+ * lines go into L2 (the T1 hint), and the distance is the act_row's
+ * `ahead`, which each context tunes by timing its tokens (prefetch_tune.c):
+ * the best one is the machine's.  The Zen 4 this project was first measured
+ * on wanted 6 KiB (2026-11-24, tinyllama's 154 matrices one token at a
+ * time, two threads, as a share of the machine's read speed beside them,
+ * ten rounds alternated: 6 KiB beat 3, 4, 5, 5.5, 6.5, 7, 8, 12 and 16;
+ * against 8, Q4_0 (lanes) 93 -> 95% when the machine read 35 GB/s, Q4_K
+ * 92 -> 96%), the Xeon with AMX of 2026-11-25 3 KiB (`kvchat bench -p 0
+ * -n 32`, two rounds: tinyllama Q8_0 23.6 -> 26.8-27.6 t/s, qwen2.5 Q4_0
+ * 78-86 -> 90-100, tinyllama Q4_0 49.2-49.7 -> 51.3-51.9, Q4_K_M 39-40
+ * -> 41-42; 2 and 4 KiB in between, 8 worse).  For a few tokens a row takes
+ * that many times longer, the lines asked for far ahead arrive long before
+ * they are read, and each read then waits on L2: there 6 KiB into L1 stays
+ * (a 6-token message on smollm2 Q4_K_M, best of 80: 10.11-10.31 ms at 716
+ * cached tokens against 10.41-10.57 into L2).
  */
-#define LM_PREFETCH_ONE 6144    /* bytes ahead, into L2, when a row meets one token */
-#define LM_PREFETCH_ONE_Q8 8192 /* the same through Q8_0 rows, which take less work a byte */
-#define LM_PREFETCH_FEW 6144    /* into L1, when it meets several */
+#define LM_AHEAD_ONE 6144 /* bytes ahead, into L2, when a row meets one token, until tuned */
 
-/* How far ahead a kernel taking one token through rows of type t asks for them. */
-static inline size_t lm_prefetch_one(uint32_t t)
-{
-    return t == LM_Q8_0 ? LM_PREFETCH_ONE_Q8 : LM_PREFETCH_ONE;
-}
+/* prefetch_tune.c: a context's choice of that distance, from its passes' times. */
+#define LM_AHEAD_CHOICES 5
+typedef struct lm_ahead_tune {
+    size_t fixed;                   /* KVCHAT_PREFETCH's bytes, or 0 */
+    int trials;                     /* timed passes so far */
+    double best[LM_AHEAD_CHOICES];  /* each candidate's fastest pass, seconds */
+    size_t chosen;                  /* 0 while trying */
+} lm_ahead_tune;
+void lm_ahead_tune_init(lm_ahead_tune *t);
+size_t lm_ahead_next(const lm_ahead_tune *t);
+void lm_ahead_record(lm_ahead_tune *t, size_t ahead, double seconds);
+#define LM_PREFETCH_FEW 6144    /* into L1, when it meets several */
 
 /*
  * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
@@ -313,11 +315,10 @@ static inline float lm_half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
-/* The n bytes ahead of p that a kernel of ntok tokens through rows of type t reads next. */
-static inline void lm_prefetch_ahead(uint32_t t, const uint8_t *p, size_t n, int ntok)
+/* The n bytes a kernel of ntok tokens reads next from p on: with one token, those `ahead` (its act_row's) beyond. */
+static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok, size_t ahead)
 {
     if (ntok == 1) {
-        const size_t ahead = lm_prefetch_one(t);
 #pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
         for (size_t off = 0; off < n; off += 64)
             __builtin_prefetch(p + ahead + off, 0, 2); /* prefetcht1: into L2 */
@@ -336,6 +337,7 @@ static inline void lm_prefetch_ahead(uint32_t t, const uint8_t *p, size_t n, int
 struct lm_copy *lm_weights_plan(const gguf_file *g);
 void lm_weights_enter(const lm_model *m);
 void lm_weights_leave(const lm_model *m);
+int lm_weights_settled(const lm_model *m); /* no copy, or every tensor in it */
 void lm_weights_free(struct lm_copy *cp);
 
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
@@ -354,6 +356,7 @@ typedef struct mm_scratch {
     void **r8;         /* per thread, x86: eight rows unpacked for qgemm_avx2.c */
     uint8_t **file_rows; /* per thread: a rearranged row back in the file's layout (Q6_K's are the longest) */
     float **amx_scratch;
+    size_t ahead;      /* the one-token kernels' prefetch distance (act_row's), set by lm_decode's tuning */
 } mm_scratch;
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok);

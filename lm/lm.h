@@ -205,6 +205,8 @@ typedef struct lm_ctx lm_ctx;
 lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e);
 void lm_ctx_free(lm_ctx *c);
 int lm_default_threads(void);
+/* Bytes ahead of its reads a one-token pass asks for weights: tuned from the context's first passes. */
+size_t lm_ctx_prefetch(const lm_ctx *c);
 
 enum lm_logits_mode { LM_LOGITS_NONE, LM_LOGITS_LAST, LM_LOGITS_ALL };
 

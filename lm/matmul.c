@@ -73,6 +73,7 @@ static int qrow_alloc(qrow *r, int64_t max_k)
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
     s->n_threads = n_threads;
+    s->ahead = LM_AHEAD_ONE;
     s->isa = lm_cpu_isa();
     const char *force = getenv("KVCHAT_ISA"); /* tests and benchmarks compare the paths */
     if (force && !strcmp(force, "scalar"))
@@ -219,7 +220,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                lm_prefetch_ahead(w->type, raw, row_bytes, nt);
+                lm_prefetch_ahead(raw, row_bytes, nt, s->ahead);
                 if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
                     continue;
                 if (klanes_tag(w) && lanes_native(w, s) && lm_row_klanes_prepare(klanes_tag(w), raw, k, &r[i]))
@@ -393,7 +394,7 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
 
 /*
  * The first bytes of a run of rows, asked for at once: the kernels ask for
- * the bytes lm_prefetch_one ahead of those they read, so a run's
+ * the bytes s->ahead beyond those they read, so a run's
  * start would otherwise wait on memory line by line, and a thread starts
  * a run several times a matrix (runs handed out guided, seven matrices a
  * layer).  tinyllama Q4_0's 154 matrices one token at a time, two threads,
@@ -401,9 +402,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  * when it read 35 GB/s, 75 -> 76% at 50-60; `kvchat bench -n 64` on the
  * three tinyllamas, four rounds: 86-93 -> 90-94% at 35.
  */
-static void ask_run_start(uint32_t type, const uint8_t *run, size_t bytes)
+static void ask_run_start(const uint8_t *run, size_t bytes, size_t ahead)
 {
-    const size_t ahead = lm_prefetch_one(type);
     prefetch_span(run, 0, bytes < ahead ? bytes : ahead);
 }
 
@@ -437,7 +437,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         for (int64_t u = 0; u < runs; u++) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
             if (nt == 1)
-                ask_run_start(w->type, base + (size_t)a * row_bytes, (size_t)(e - a) * row_bytes);
+                ask_run_start(base + (size_t)a * row_bytes, (size_t)(e - a) * row_bytes, s->ahead);
             fast_rows(out, w, a, e, t0, nt, acts, s);
         }
         return;
@@ -452,7 +452,7 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
                 out[(size_t)(t0 + t) * rows + i] = tmp[t];
             continue;
         }
-        lm_prefetch_ahead(w->type, base + (size_t)i * row_bytes, row_bytes, nt); /* the fused kernels prefetch as they go */
+        lm_prefetch_ahead(base + (size_t)i * row_bytes, row_bytes, nt, s->ahead); /* the fused kernels prefetch as they go */
         lm_qrow_decode(r, w->type, row, k, s->isa);
         lm_qrow_dots(r, acts + t0, nt, out + (size_t)t0 * rows + i, (size_t)rows, s->isa);
     }
@@ -506,6 +506,7 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
     if (!done)
         lm_quantize_act(w->type, x, dst, k);
     lm_act_layout(atype, k, a, dst);
+    a->ahead = s->ahead; /* lm_act_layout left the default */
     switch (act_layout(w, n_tok, grouped, s)) {
     case LAYOUT_WINDOWS: lm_act_windows(a); break;
     case LAYOUT_LANES: lm_act_lanes(a); break;

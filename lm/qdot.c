@@ -79,6 +79,7 @@ void lm_act_layout(int atype, int64_t k, act_row *r, void *base)
     r->ncw = (int32_t *)(p + (k / QK + 15) / 16 * 512);
     r->dt = (float *)(p + (k / QK + 15) / 16 * (512 + 256));
     r->windows = r->nibbles = r->lanes = r->klanes = 0;
+    r->ahead = LM_AHEAD_ONE;
     r->f = (float *)base;
 }
 

@@ -241,7 +241,7 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(t, row + b * bs, 16 * bs, 1);
+        lm_prefetch_ahead(row + b * bs, 16 * bs, 1, a->ahead);
         lo = stored8_avx2(t, row, bs, b, 8, a, lo);
         hi = stored8_avx2(t, row, bs, b + 8, 8, a, hi);
     }
@@ -355,7 +355,7 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* blocks b % 16 < 8, then the rest */
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(t, row + b * bs, 16 * bs, 1);
+        lm_prefetch_ahead(row + b * bs, 16 * bs, 1, a->ahead);
         lo = b32_lanes8_avx2(t, row + b * bs, a, b, 8, lo);
         hi = b32_lanes8_avx2(t, row + (b + 8) * bs, a, b + 8, 8, hi);
     }
@@ -440,7 +440,7 @@ AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, i
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         const int16_t *s16 = a->sum16 + b * 16;
-        lm_prefetch_ahead(t, blk, bs, 1);
+        lm_prefetch_ahead(blk, bs, 1, a->ahead);
         __m256i scales; /* the group scales as 16-bit words */
         int32_t corr = 0, msum = 0;
         if (t == LM_Q6_K) { /* codes 0..63 for -32..31: 32 * sum of scale * activation sum off */

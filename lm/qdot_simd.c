@@ -228,10 +228,10 @@ AVX512 static INLINE __m512i step_pair(const act_row *a, int64_t b, int p, int n
 }
 
 /* A step of m <= 16 blocks decoded: codes two blocks a vector, scales. */
-AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs, int m, int ntok, __m512i u[8],
-                                      __m512 *dw)
+AVX512 static INLINE void step_decode(uint32_t t, const uint8_t *blk, size_t bs, int m, int ntok, size_t ahead,
+                                      __m512i u[8], __m512 *dw)
 {
-    lm_prefetch_ahead(t, blk, (size_t)m * bs, ntok);
+    lm_prefetch_ahead(blk, (size_t)m * bs, ntok, ahead);
     if (m == 16) {
         _Pragma("GCC unroll 8")
         for (int p = 0; p < 8; p++)
@@ -278,11 +278,11 @@ AVX512 static float one_b32(uint32_t t, const uint8_t *row, int64_t k, const act
     __m512i u[8];
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        step_decode(t, row + (size_t)b * bs, bs, 16, 1, u, &dw);
+        step_decode(t, row + (size_t)b * bs, bs, 16, 1, a->ahead, u, &dw);
         acc = step_dot(a, b, 16, u, dw, acc);
     }
     if (nb - b > 4) { /* a long tail as one masked step, a short one block by block */
-        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), 1, u, &dw);
+        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), 1, a->ahead, u, &dw);
         return hsum16_avx512(step_dot(a, b, (int)(nb - b), u, dw, acc));
     }
     for (; b < nb; b++) {
@@ -310,12 +310,12 @@ AVX512 static void fused_b32(uint32_t t, const uint8_t *row, int64_t k, const ac
         acc[j] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        step_decode(t, row + (size_t)b * bs, bs, 16, n, u, &dw);
+        step_decode(t, row + (size_t)b * bs, bs, 16, n, a[0].ahead, u, &dw);
         for (int j = 0; j < n; j++)
             acc[j] = step_dot(&a[j], b, 16, u, dw, acc[j]);
     }
     if (b < nb) {
-        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), n, u, &dw);
+        step_decode(t, row + (size_t)b * bs, bs, (int)(nb - b), n, a[0].ahead, u, &dw);
         for (int j = 0; j < n; j++)
             acc[j] = step_dot(&a[j], b, (int)(nb - b), u, dw, acc[j]);
     }

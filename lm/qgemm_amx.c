@@ -175,7 +175,7 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
         return 0;
     const int64_t nb = p->k / 32;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
-    lm_prefetch_ahead(LM_Q4_0, row, (size_t)nb * 18, 16); /* the rows after this one, which come next */
+    lm_prefetch_ahead(row, (size_t)nb * 18, 16, 0); /* the rows after this one, which come next */
     if (type == LM_Q4_0_LANES) { /* whole steps of 16 blocks */
         for (int64_t b = 0; b < nb; b += 16)
             q4_0_lanes_s8(s8 + 32 * b, p->d + m * nb + b, row + (size_t)b * 18);

@@ -296,7 +296,7 @@ KQ static INLINE void quad(uint32_t t, size_t bs, const uint8_t *row, int64_t b,
             continue;
         }
         __m512i c[4], sp[2];
-        lm_prefetch_ahead(t, blk + (size_t)i * bs, bs, n); /* block by block: four at once was slower from DRAM */
+        lm_prefetch_ahead(blk + (size_t)i * bs, bs, n, a->ahead); /* block by block: four at once was slower from DRAM */
         block_codes(t, blk + (size_t)i * bs, nib, c);
         sp[0] = pair_scales(t, &q, i, 0, nib);
         sp[1] = pair_scales(t, &q, i, 1, nib);
@@ -492,7 +492,7 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
                                 float *d, float *m)
 {
     const uint8_t *blk = row + (size_t)b * bs;
-    lm_prefetch_ahead(t, blk, bs, 16); /* for the batch kernels */
+    lm_prefetch_ahead(blk, bs, 16, 0); /* for the batch kernels */
     decode_quad(t, blk, bs, 1, q);
     block_codes(t, blk, 0, c);
     store_factors(q, d, m, b);

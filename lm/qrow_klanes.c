@@ -111,10 +111,10 @@ KL static INLINE __m512i lane_shuffle(__m512i x, __m128i idx)
  * the machine read with the burst, 89-92% spread; 6 KiB ahead against 8
  * and 12 with only whole steps in the layout: 95% against 93-94).
  */
-KL static INLINE __m512i load_ahead(uint32_t t, const uint8_t *p, int n)
+KL static INLINE __m512i load_ahead(const uint8_t *p, int n, size_t ahead)
 {
     if (n == 1)
-        __builtin_prefetch(p + lm_prefetch_one(t), 0, 2);
+        __builtin_prefetch(p + ahead, 0, 2);
     else
         __builtin_prefetch(p + LM_PREFETCH_FEW, 0, 3);
     return load_once512(p);
@@ -137,13 +137,13 @@ KL static INLINE __m512 step_act_scales(const act_row *a, int64_t s)
 KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int64_t s, __m512 *acc)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i x = load_ahead(LM_Q4_K, st, n), s8 = six_bit_scales(x);
+    const __m512i x = load_ahead(st, n, a->ahead), s8 = six_bit_scales(x);
     __m512i A[KLANES_TOKENS][4]; /* low nibbles' codes 0-15 of each group, high's, low's 16-31, high's */
     for (int j = 0; j < n; j++)
         A[j][0] = A[j][1] = A[j][2] = A[j][3] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8")
     for (int c = 0; c < 8; c++) {
-        const __m512i w = load_ahead(LM_Q4_K, st + 64 + 64 * c, n);
+        const __m512i w = load_ahead(st + 64 + 64 * c, n, a->ahead);
         const __m512i lo = _mm512_and_si512(w, m4), hi = high_nibbles(w);
         const int z = 2 * (c / 4);
         for (int j = 0; j < n; j++) {
@@ -193,11 +193,11 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
             A[j][set] = _mm512_loadu_si512(a[j].ncw + 64 * s + 16 * set);
     _Pragma("GCC unroll 4")
     for (int sl = 0; sl < 4; sl++) {
-        const __m512i qh = load_ahead(LM_Q6_K, st + 512 + 64 * sl, n);
+        const __m512i qh = load_ahead(st + 512 + 64 * sl, n, a->ahead);
         const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
-            const __m512i w = load_ahead(LM_Q6_K, st + 64 * (4 * h + sl), n);
+            const __m512i w = load_ahead(st + 64 * (4 * h + sl), n, a->ahead);
             const __m512i v0 = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), top[2 * h], m30, 0xf8);
             const __m512i v1 = _mm512_ternarylogic_epi32(high_nibbles(w), top[2 * h + 1], m30, 0xf8);
             for (int j = 0; j < n; j++) {
@@ -212,7 +212,7 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
 #define K6_LANE(b) K6_B(b, 15), K6_B(b, 14), K6_B(b, 13), K6_B(b, 12), K6_B(b, 11), K6_B(b, 10), K6_B(b, 9), \
                    K6_B(b, 8), K6_B(b, 7), K6_B(b, 6), K6_B(b, 5), K6_B(b, 4), K6_B(b, 3), K6_B(b, 2), K6_B(b, 1), K6_B(b, 0)
 #define K6_D(b) K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16)
-    const __m512i tail0 = load_ahead(LM_Q6_K, st + 768, n), tail1 = load_ahead(LM_Q6_K, st + 776, n);
+    const __m512i tail0 = load_ahead(st + 768, n, a->ahead), tail1 = load_ahead(st + 776, n, a->ahead);
     const __m512i sc = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(K6_LANE(3), K6_LANE(2), K6_LANE(1), K6_LANE(0)), tail1);
     const __m512i d16 = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -365,7 +365,7 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
             continue;
         }
         if (b % 4 == 0)
-            lm_prefetch_ahead(t, step, step_bytes, 16);
+            lm_prefetch_ahead(step, step_bytes, 16, 0);
         size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
         lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
         lm_k_scales_prepare(t, step + hs - hb, r, b);

@@ -225,11 +225,11 @@ VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, cons
     int64_t b = 0;
     if (t == LM_Q4_0) { /* lanes transposed until the last whole window, each lane its block's own sum */
         for (; b + 16 <= nb; b += 16) {
-            lm_prefetch_ahead(t, row + bs * b, bs * 16, 1);
+            lm_prefetch_ahead(row + bs * b, bs * 16, 1, a->ahead);
             acc = step_q4_0_transposed(row, a, b, 4, acc);
         }
         if (b < nb && (nb - b) % 4 == 0) { /* rows of 896: 28 blocks, a step and three windows */
-            lm_prefetch_ahead(t, row + bs * b, (size_t)(bs * (nb - b)), 1);
+            lm_prefetch_ahead(row + bs * b, (size_t)(bs * (nb - b)), 1, a->ahead);
             switch ((nb - b) / 4) {
             case 1: acc = step_q4_0_transposed(row, a, b, 1, acc); break;
             case 2: acc = step_q4_0_transposed(row, a, b, 2, acc); break;
@@ -240,11 +240,11 @@ VBMI static INLINE float row_b32(uint32_t t, const uint8_t *row, int64_t k, cons
         acc = _mm512_permutexvar_ps(fold_order(), acc);
     }
     for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(t, row + bs * b, bs * 16, 1);
+        lm_prefetch_ahead(row + bs * b, bs * 16, 1, a->ahead);
         acc = step(t, row, a, b, 16, acc);
     }
     if (b < nb) {
-        lm_prefetch_ahead(t, row + bs * b, (size_t)(bs * (nb - b)), 1);
+        lm_prefetch_ahead(row + bs * b, (size_t)(bs * (nb - b)), 1, a->ahead);
         acc = step(t, row, a, b, (int)(nb - b), acc);
     }
     return hsum16_avx512(acc);
@@ -502,7 +502,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         __m512i u[8];
         __m512 dw;
         const size_t step = t == LM_Q4_0_LANES ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
-        lm_prefetch_ahead(t, row + bs * (size_t)b, step, n);
+        lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
         if (t == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
 #pragma GCC unroll 8

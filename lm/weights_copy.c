@@ -250,6 +250,12 @@ void lm_weights_enter(const lm_model *m)
     adopt(m, cp);
 }
 
+/* Whether the tensors stay where they are from now on (the decoding thread's view). */
+int lm_weights_settled(const lm_model *m)
+{
+    return !m->copy || m->copy->all_adopted;
+}
+
 void lm_weights_leave(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;

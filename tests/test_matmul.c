@@ -65,6 +65,7 @@ START_TEST(test_matmul_paths_bitwise)
     for (size_t ti = 0; ti < 4 * ntypes; ti++) {
         uint32_t ty = types[ti % ntypes];
         s.amx = amx && ti < ntypes; /* then the same without AMX tiles, where there were */
+        s.ahead = (size_t)1024 << (ti % 7); /* any prefetch distance: it changes when lines come, not sums */
         if (ti >= 2 * ntypes) {     /* AVX-512 without VBMI and GFNI (the 16-row kernel) */
             if (isa < LM_ISA_AVX512)
                 break;
@@ -267,6 +268,47 @@ START_TEST(test_klanes_plan)
 }
 END_TEST
 
+/*
+ * The prefetch distance's tuning (lm/prefetch_tune.c): every candidate in
+ * turn, each judged by its fastest pass, so a pass slowed by the machine
+ * does not lose its candidate the choice; then the choice stays.
+ * KVCHAT_PREFETCH fixes the distance.
+ */
+START_TEST(test_prefetch_tune)
+{
+    unsetenv("KVCHAT_PREFETCH");
+    lm_ahead_tune t;
+    lm_ahead_tune_init(&t);
+    size_t seen[LM_AHEAD_CHOICES] = {0};
+    int passes = 0;
+    while (t.chosen == 0) {
+        const size_t d = lm_ahead_next(&t);
+        ck_assert(passes < 100);
+        if (passes < LM_AHEAD_CHOICES)
+            seen[passes] = d;
+        /* 3 KiB the fastest, but its first pass stalled; 2 KiB next, 8 KiB the slowest */
+        double secs = 0.020 + (d > 3072 ? d - 3072 : 3072 - d) * 1e-7;
+        if (d == 3072 && passes < LM_AHEAD_CHOICES)
+            secs *= 3;
+        lm_ahead_record(&t, 1 + d, 0.001); /* not what was asked with: not counted */
+        lm_ahead_record(&t, d, secs);
+        passes++;
+    }
+    for (int i = 1; i < LM_AHEAD_CHOICES; i++)
+        ck_assert_msg(seen[i] != seen[0] && seen[i] > 0, "candidate %d: %zu", i, seen[i]);
+    ck_assert_int_eq(passes % LM_AHEAD_CHOICES, 0);
+    ck_assert_uint_eq(lm_ahead_next(&t), 3072);
+    lm_ahead_record(&t, 3072, 1.0); /* once chosen, later passes change nothing */
+    ck_assert_uint_eq(lm_ahead_next(&t), 3072);
+    setenv("KVCHAT_PREFETCH", "5000", 1);
+    lm_ahead_tune_init(&t);
+    for (int i = 0; i < 40; i++)
+        lm_ahead_record(&t, lm_ahead_next(&t), 0.01);
+    ck_assert_uint_eq(lm_ahead_next(&t), 5000);
+    unsetenv("KVCHAT_PREFETCH");
+}
+END_TEST
+
 TCase *tcase_matmul(void)
 {
     TCase *tc = tcase_create("matmul");
@@ -276,5 +318,6 @@ TCase *tcase_matmul(void)
     tcase_add_test(tc, test_matmul_lanes_layout);
     tcase_add_test(tc, test_lanes_plan);
     tcase_add_test(tc, test_klanes_plan);
+    tcase_add_test(tc, test_prefetch_tune);
     return tc;
 }
