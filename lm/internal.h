@@ -156,7 +156,7 @@ void lm_act_klanes(act_row *a, uint32_t tag); /* fills qw, ncw in that layout's 
 int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
                    float *out, size_t ldo);
 int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r); /* as lm_row_k_prepare */
-/* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes); 0 for other types */
+/* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes; also from the lanes layouts); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);
 /* A K-quant row as qgemm.c's VNNI groups read it (lm_qrow_decode then lm_trow_prepare); 0 for other types */

@@ -182,7 +182,7 @@ static uint32_t klanes_tag(const lm_tensor *w)
 static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
     if (klanes_tag(w))
-        return s->gfni && !s->amx;
+        return s->gfni;
     return in_lanes(w) && s->vbmi;
 }
 
@@ -253,7 +253,8 @@ static void rows16_put(rows16 *p, int m, const lm_tensor *w, int64_t i, mm_scrat
     const int64_t k = w->ne[0];
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *raw = (const uint8_t *)w->data + (size_t)i * rb;
-    if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_rows16_put_raw(p, m, LM_Q4_0_LANES, raw))
+    const uint32_t tag = w->layout == LM_LAYOUT_Q4_0_LANES ? LM_Q4_0_LANES : klanes_tag(w);
+    if (tag && lm_rows16_put_raw(p, m, tag, raw))
         return; /* transposed from the layout as it lies */
     const uint8_t *row = file_row(w, i, rb, s);
     if (lm_rows16_put_raw(p, m, w->type, row))

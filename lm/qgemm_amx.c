@@ -118,39 +118,27 @@ AVX512 static void block_scales(float *d, const uint8_t *row, int bs, int64_t nb
 /*
  * A step of a rearranged Q4_0 row (repack.c: dword j of vector q holds
  * nibble bytes 4q..4q+3 of block j) as 16 blocks of 32 signed codes at s8,
- * and their scales at d.  The codes' 8 dwords a block, one vector each
- * (codes 4q.., then 16 + 4q..), are transposed into the blocks' rows:
- * dwords paired, then quadwords, then 128-bit chunks, 24 shuffles a step
- * (unpacking each row to the file's layout first cost a 14-token prompt
- * 40% on tinyllama Q4_0).
+ * and their scales at d: the low nibbles' 4 vectors give each block's codes
+ * 0-15, the high ones' 16-31 (unpacking each row to the file's layout
+ * first cost a 14-token prompt 40% on tinyllama Q4_0).
  */
 AVX512 static INLINE void q4_0_lanes_s8(int8_t *s8, float *d, const uint8_t *step)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-    __m512i v[8], a[8], b[8];
+    __m512i lo[4], hi[4], a[4], b[4];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
         const __m512i x = _mm512_loadu_si512(step + 64 * q);
-        v[q] = _mm512_sub_epi8(_mm512_and_si512(x, m4), eight);
-        v[q + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), eight);
+        lo[q] = _mm512_sub_epi8(_mm512_and_si512(x, m4), eight);
+        hi[q] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), eight);
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < 8; i += 2) { /* chunk c: (v_i, v_i+1) of blocks 4c, 4c+1, then of 4c+2, 4c+3 */
-        a[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-        a[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) { /* chunk c of b[h + r]: dwords h..h+3 of block 4c + r */
-        b[h] = _mm512_unpacklo_epi64(a[h], a[h + 2]);
-        b[h + 1] = _mm512_unpackhi_epi64(a[h], a[h + 2]);
-        b[h + 2] = _mm512_unpacklo_epi64(a[h + 1], a[h + 3]);
-        b[h + 3] = _mm512_unpackhi_epi64(a[h + 1], a[h + 3]);
-    }
-    const __m512i lo = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    dwords_4x16(lo, a); /* a[r]'s chunk c: codes 0-15 of block 4c + r */
+    dwords_4x16(hi, b);
+    const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), last = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
-        const __m512i z0 = _mm512_permutex2var_epi64(b[r], lo, b[4 + r]); /* blocks r, 4 + r */
-        const __m512i z1 = _mm512_permutex2var_epi64(b[r], hi, b[4 + r]); /* blocks 8 + r, 12 + r */
+        const __m512i z0 = _mm512_permutex2var_epi64(a[r], first, b[r]); /* blocks r, 4 + r */
+        const __m512i z1 = _mm512_permutex2var_epi64(a[r], last, b[r]);  /* blocks 8 + r, 12 + r */
         _mm256_storeu_si256((__m256i *)(s8 + 32 * r), _mm512_castsi512_si256(z0));
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (4 + r)), _mm512_extracti64x4_epi64(z0, 1));
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (8 + r)), _mm512_castsi512_si256(z1));

@@ -505,28 +505,116 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
  * every 16 codes.  It skips the generic decode, which cost the batch path
  * more than its tiles.
  */
+KQ static INLINE void put_block_scaled(uint32_t t, const kquad *q, const __m512i c[4], int64_t b, int8_t *lo,
+                                       int8_t *hi, int16_t *mn)
+{
+    const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
+    __m512i sc4[4];
+    __m256i mins;
+    block_scales(t, q, 0, 0, sc4, &mins);
+    _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
+    for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
+        /* the scale in both words of its dword, for the widened codes */
+        __m512i sc = _mm512_or_si512(sc4[z], _mm512_slli_epi32(sc4[z], 16)), zero = _mm512_setzero_si512();
+        /* bytes widened within their lane, and packed back the same way: no permutes */
+        __m512i v0 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpacklo_epi8(c[z], zero), off), sc);
+        __m512i v1 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpackhi_epi8(c[z], zero), off), sc);
+        int64_t e = b * 256 + 64 * z;
+        _mm512_storeu_si512(lo + e, _mm512_packus_epi16(_mm512_and_si512(v0, m7), _mm512_and_si512(v1, m7)));
+        _mm512_storeu_si512(hi + e, _mm512_packs_epi16(_mm512_srai_epi16(v0, 7), _mm512_srai_epi16(v1, 7)));
+    }
+}
+
 KQ static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
                                  float *d, float *m, int16_t *mn)
 {
-    const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
     for (int64_t b = 0; b < k / 256; b++) {
         kquad q;
         __m512i c[4];
         one_block(t, bs, row, b, &q, c, d, m);
-        __m512i sc4[4];
-        __m256i mins;
-        block_scales(t, &q, 0, 0, sc4, &mins);
-        _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
-        for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
-            /* the scale in both words of its dword, for the widened codes */
-            __m512i sc = _mm512_or_si512(sc4[z], _mm512_slli_epi32(sc4[z], 16)), zero = _mm512_setzero_si512();
-            /* bytes widened within their lane, and packed back the same way: no permutes */
-            __m512i v0 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpacklo_epi8(c[z], zero), off), sc);
-            __m512i v1 = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_unpackhi_epi8(c[z], zero), off), sc);
-            int64_t e = b * 256 + 64 * z;
-            _mm512_storeu_si512(lo + e, _mm512_packus_epi16(_mm512_and_si512(v0, m7), _mm512_and_si512(v1, m7)));
-            _mm512_storeu_si512(hi + e, _mm512_packs_epi16(_mm512_srai_epi16(v0, 7), _mm512_srai_epi16(v1, 7)));
+        put_block_scaled(t, &q, c, b, lo, hi, mn);
+    }
+}
+
+/*
+ * A step of a rearranged Q4_K row (repack.c: dword 4b + g of chunk c holds
+ * codes 4c..4c+3 of group g, low nibbles, and g + 4, high, of super-block
+ * b) as its 4 super-blocks' codes in order, c[b][z] = codes 64z.. of b.
+ */
+KQ static INLINE void q4_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int h = 0; h < 2; h++) { /* groups 0-3, then 4-7 */
+        __m512i v[8], a[4], e[4], in[4], out[4];
+        for (int ch = 0; ch < 8; ch++) {
+            const __m512i x = _mm512_loadu_si512(st + 64 + 64 * ch);
+            v[ch] = _mm512_and_si512(h ? _mm512_srli_epi16(x, 4) : x, m4);
         }
+        dwords_4x16(v, a);     /* a[g]'s chunk b: codes 0-15 of group g (+ 4h) of super-block b */
+        dwords_4x16(v + 4, e); /* codes 16-31 */
+        for (int z = 0; z < 2; z++) { /* groups 2z, 2z + 1 of the half */
+            in[0] = a[2 * z], in[1] = e[2 * z], in[2] = a[2 * z + 1], in[3] = e[2 * z + 1];
+            chunks_4x4(in, out);
+            for (int b = 0; b < 4; b++)
+                c[b][2 * h + z] = out[b];
+        }
+    }
+}
+
+/*
+ * The same for Q6_K (repack.c: for groups 4s..4s+3, codes 4j..4j+3 of group
+ * 4s + g of super-block b have their low four bits in dword 4b + g of chunk
+ * 4(s / 2) + j, nibble s % 2, and their top two in bits 2s.. of dword 4b + g
+ * of chunk 8 + j).
+ */
+KQ static INLINE void q6_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+    for (int s = 0; s < 4; s++) {
+        __m512i v[4], r[4], out[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i low = _mm512_loadu_si512(st + 64 * (4 * (s / 2) + j));
+            const __m512i top = _mm512_loadu_si512(st + 512 + 64 * j);
+            const __m512i l4 = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(low, 4) : low, m4);
+            const __m512i t2 = _mm512_and_si512(_mm512_srli_epi16(top, 2 * s), m2);
+            v[j] = _mm512_or_si512(l4, _mm512_slli_epi16(t2, 4));
+        }
+        dwords_4x16(v, r); /* r[g]'s chunk b: the 16 codes of group 4s + g of super-block b */
+        chunks_4x4(r, out);
+        for (int b = 0; b < 4; b++)
+            c[b][s] = out[b];
+    }
+}
+
+/* A rearranged Q4_K or Q6_K row (tag LM_Q4_K_LANES, LM_Q6_K_LANES) as put_scaled gives the file's. */
+KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
+                                       float *d, float *m, int16_t *mn)
+{
+    const uint32_t t = tag == LM_Q4_K_LANES ? LM_Q4_K : LM_Q6_K;
+    const size_t bs = lm_type_size(t);
+    const int64_t steps = k / 1024;
+    for (int64_t s = 0; s < steps; s++) {
+        const uint8_t *st = row + 4 * bs * (size_t)s;
+        lm_prefetch_ahead(st, 4 * bs, 16, 0); /* for the batch kernels */
+        __m512i c[4][4];
+        if (t == LM_Q4_K)
+            q4_k_lanes_codes(st, c);
+        else
+            q6_k_lanes_codes(st, c);
+        for (int b = 0; b < 4; b++) {
+            size_t in_step, in_block, n;
+            lm_klanes_header(t, b, &in_step, &in_block, &n);
+            kquad q;
+            decode_quad(t, st + in_step - in_block, bs, 1, &q); /* reads only the header's bytes */
+            store_factors(&q, d, m, 4 * s + b);
+            put_block_scaled(t, &q, c[b], 4 * s + b, lo, hi, mn);
+        }
+    }
+    for (int64_t b = 4 * steps; b < k / 256; b++) { /* the last ones stay as the file has them */
+        kquad q;
+        __m512i c[4];
+        one_block(t, bs, row, b, &q, c, d, m);
+        put_block_scaled(t, &q, c, b, lo, hi, mn);
     }
 }
 
@@ -590,6 +678,8 @@ KQ int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, in
     case LM_Q4_K: put_scaled(LM_Q4_K, 144, row, k, lo, hi, d, m, mn); return 1;
     case LM_Q5_K: put_scaled(LM_Q5_K, 176, row, k, lo, hi, d, m, mn); return 1;
     case LM_Q6_K: put_scaled(LM_Q6_K, 210, row, k, lo, hi, d, m, mn); return 1;
+    case LM_Q4_K_LANES: put_scaled_lanes(LM_Q4_K_LANES, row, k, lo, hi, d, m, mn); return 1;
+    case LM_Q6_K_LANES: put_scaled_lanes(LM_Q6_K_LANES, row, k, lo, hi, d, m, mn); return 1;
     default: return 0;
     }
 }

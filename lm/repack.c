@@ -36,7 +36,13 @@
  * -> 15.4 through lm_matmul).  A step keeps its 4 super-blocks' bytes
  * (k_to_lanes below has the places); a row's last k/256 mod 4 super-blocks
  * stay as they are.  Only where the kernels that read them run (AVX-512
- * with VBMI and GFNI, without AMX).
+ * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
+ * their order, qrow_k.c).  On the Xeon with AMX (2026-11-25, two threads)
+ * tinyllama Q4_K_M generates 40.1-40.9 -> 46.3-46.5 t/s, and pays for it
+ * in short prompts, where the few-token kernels here are slower than the
+ * file's on that core: 6 tokens 125-131 -> 105-110 t/s, 14 tokens 168-176
+ * -> 154, 512 level; qwen2.5-0.5b Q4_K_M (only ffn_down in the layout)
+ * generates level, 14 tokens 8% and 512 3% slower.
  */
 #include "internal.h"
 
@@ -234,11 +240,11 @@ int lm_lanes_layout_native(void)
 #endif
 }
 
-/* Whether rearranged Q4_K and Q6_K rows are read natively: AVX-512 with VBMI and GFNI, without AMX. */
+/* Whether rearranged Q4_K and Q6_K rows are read natively: AVX-512 with VBMI and GFNI. */
 int lm_klanes_layout_native(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return !getenv("KVCHAT_ISA") && lm_cpu_gfni() && !lm_cpu_amx();
+    return !getenv("KVCHAT_ISA") && lm_cpu_gfni();
 #else
     return 0;
 #endif

@@ -349,6 +349,29 @@ AVX512 static INLINE __m512i quad_bytes(const uint8_t *blk, size_t bs, size_t of
 }
 
 /*
+ * The rearranged layouts (repack.c) keep 4 codes of each of 16 blocks or
+ * groups in the dwords of a vector; the AMX tiles want each block's codes
+ * in order.  dwords_4x16: r[g]'s chunk c = dword 4c + g of v[0], v[1],
+ * v[2], v[3] (a block's 16 codes); chunks_4x4: out[i]'s chunk j = in[j]'s
+ * chunk i.
+ */
+AVX512 static INLINE void dwords_4x16(const __m512i v[4], __m512i r[4])
+{
+    const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    r[0] = _mm512_unpacklo_epi64(t0, t2), r[1] = _mm512_unpackhi_epi64(t0, t2);
+    r[2] = _mm512_unpacklo_epi64(t1, t3), r[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+AVX512 static INLINE void chunks_4x4(const __m512i in[4], __m512i out[4])
+{
+    const __m512i u0 = _mm512_shuffle_i32x4(in[0], in[1], 0x44), u1 = _mm512_shuffle_i32x4(in[0], in[1], 0xee);
+    const __m512i u2 = _mm512_shuffle_i32x4(in[2], in[3], 0x44), u3 = _mm512_shuffle_i32x4(in[2], in[3], 0xee);
+    out[0] = _mm512_shuffle_i32x4(u0, u2, 0x88), out[1] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+    out[2] = _mm512_shuffle_i32x4(u1, u3, 0x88), out[3] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+}
+
+/*
  * lm_k_total of a K-quant row's lanes (acc: super-blocks b mod 4's sums in
  * lane 2b, their mins in 2b + 1), in its fixed tree: inline, as a call cost
  * a short row 4%.
