@@ -596,14 +596,14 @@ static int embed(lm_ctx *c, const int32_t *tokens, int n, lm_err *e)
     const lm_model *m = c->m;
     const lm_tensor *te = m->tok_embd;
     const int E = m->hp.n_embd;
-    size_t rb = lm_row_bytes(te->type, te->ne[0]);
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab) {
             lm_seterr(e, "token id %d is out of range (vocabulary of %d)", tokens[t], m->hp.n_vocab);
             return -1;
         }
         float *x = c->x + (size_t)t * E;
-        lm_dequant_row(te->type, (const uint8_t *)te->data + (size_t)tokens[t] * rb, x, te->ne[0]);
+        /* (tied embeddings may be in a layout the copy gave them for the output's kernels) */
+        lm_tensor_row_f32(te, tokens[t], x, c->mm.file_rows[0]);
         if (m->arch->flags & ARCH_EMBD_SCALE)
             for (int i = 0; i < E; i++)
                 x[i] *= sqrtf((float)E);

@@ -297,6 +297,7 @@ uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in place */
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */
+void lm_tensor_row_f32(const lm_tensor *t, int64_t i, float *out, uint8_t *scratch); /* any layout */
 int lm_lanes_layout_native(void);
 int lm_klanes_layout_native(void);
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout);

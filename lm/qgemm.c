@@ -237,13 +237,14 @@ AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r
     int32_t *corr16 = r->corr16;
     float *d = r->d;
     r->type = t == LM_Q4_0_LANES ? LM_Q4_0 : t, r->k = k;
-    if (t == LM_Q4_0_LANES) {
-        q4_0_lanes_prepare(row, nb, s8, corr16, d);
-        return 1;
+    int64_t b = 0;
+    if (t == LM_Q4_0_LANES) { /* whole steps, then the last blocks as the file has them */
+        b = nb / 16 * 16;
+        q4_0_lanes_prepare(row, b, s8, corr16, d);
+        t = LM_Q4_0;
     }
     const int bb = t == LM_Q4_0 ? 18 : 34; /* bytes a block */
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *p = row + b * bb;
         if (t == LM_Q4_0) {

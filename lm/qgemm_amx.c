@@ -164,14 +164,14 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
     const int64_t nb = p->k / 32;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
     lm_prefetch_ahead(row, (size_t)nb * 18, 16, 0); /* the rows after this one, which come next */
-    if (type == LM_Q4_0_LANES) { /* whole steps of 16 blocks */
-        for (int64_t b = 0; b < nb; b += 16)
+    int64_t b = 0;
+    if (type == LM_Q4_0_LANES) /* whole steps of 16 blocks, then the last ones as the file has them */
+        for (; b + 16 <= nb; b += 16)
             q4_0_lanes_s8(s8 + 32 * b, p->d + m * nb + b, row + (size_t)b * 18);
-        return 1;
-    }
-    for (int64_t b = 0; b < nb; b++)
-        _mm256_storeu_si256((__m256i *)(s8 + 32 * b), q4_0_s8(row + (size_t)b * 18));
-    block_scales(p->d + m * nb, row, 18, nb);
+    for (int64_t i = b; i < nb; i++)
+        _mm256_storeu_si256((__m256i *)(s8 + 32 * i), q4_0_s8(row + (size_t)i * 18));
+    if (b < nb)
+        block_scales(p->d + m * nb + b, row + (size_t)b * 18, 18, nb - b);
     return 1;
 }
 

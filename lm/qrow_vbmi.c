@@ -419,7 +419,7 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         q8_0_lanes(w, m, u, dw);
         return;
     }
-    if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, always 16 blocks */
+    if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, a whole step */
         const __m512i m4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
@@ -501,7 +501,9 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         const __mmask16 live = (__mmask16)((1u << m) - 1);
         __m512i u[8];
         __m512 dw;
-        const size_t step = t == LM_Q4_0_LANES ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
+        /* a rearranged row's last blocks past its whole steps are as the file has them */
+        const uint32_t st = t == LM_Q4_0_LANES && m < 16 ? LM_Q4_0 : t;
+        const size_t step = st == LM_Q4_0_LANES ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
         lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
         if (t == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
@@ -513,7 +515,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
             }
             continue;
         }
-        b32_lanes(t, row + bs * (size_t)b, m, ix, u, &dw);
+        b32_lanes(st, row + bs * (size_t)b, m, ix, u, &dw);
 #pragma GCC unroll 8
         for (int i = 0; i < n; i++) {
             const int8_t *qw = a[i].qw + 512 * (b / 16);

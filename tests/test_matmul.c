@@ -151,6 +151,7 @@ START_TEST(test_matmul_lanes_layout)
     enum { ROWS = 32, NT = 40, KL = 5632 };
     static const struct { int layout, type, k; } cases[] = {
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 512},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 2048},
+        {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 896},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 1568}, /* 12 and 1 blocks past the steps */
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1280},
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
@@ -177,10 +178,23 @@ START_TEST(test_matmul_lanes_layout)
                       lm_type_name(type), k);
         lm_tensor wf = {"w", type, {k, ROWS}, file, LM_LAYOUT_FILE};
         lm_tensor wl = {"w", type, {k, ROWS}, lanes, layout};
+        for (int r = 0; r < ROWS; r += 7) { /* looked up a row at a time, as tied embeddings are */
+            static float from_file[KL], from_lanes[KL];
+            lm_tensor_row_f32(&wf, r, from_file, back);
+            lm_tensor_row_f32(&wl, r, from_lanes, back);
+            ck_assert_msg(!memcmp(from_file, from_lanes, (size_t)k * sizeof *from_file), "%s k=%d: row %d looked up",
+                          lm_type_name(type), k, r);
+        }
         mm_scratch s = {0};
         ck_assert(mm_scratch_init(&s, 2, k, NT) == 0);
-        const int isa = s.isa, gfni = s.gfni;
-        for (int path = 0; path < 5; path++) {
+        const int isa = s.isa, gfni = s.gfni, vbmi = s.vbmi, amx = s.amx;
+        for (int path = -1; path < 5; path++) {
+            if (path == -1 && !amx)
+                continue;
+            if (path == -1) /* without AMX, as on a Zen 4: the VNNI groups read the layouts for batches */
+                s.amx = 0;
+            if (path == 0)
+                s.isa = isa, s.vbmi = vbmi, s.gfni = gfni, s.amx = amx;
             if (path == 1 && (isa < LM_ISA_AVX512 || !gfni))
                 continue;
             if (path == 1) /* AVX-512 without GFNI: K-quant rows unpacked, the other copy of qrow_k.c */
@@ -199,8 +213,8 @@ START_TEST(test_matmul_lanes_layout)
                 lm_matmul(want, &wf, x, counts[c], &s);
                 lm_matmul(got, &wl, x, counts[c], &s);
                 ck_assert_msg(!memcmp(want, got, (size_t)counts[c] * ROWS * sizeof *got),
-                              "%s k=%d isa %d vbmi %d gfni %d, %d tokens: lanes layout != file layout",
-                              lm_type_name(type), k, s.isa, s.vbmi, s.gfni, counts[c]);
+                              "%s k=%d isa %d vbmi %d gfni %d amx %d, %d tokens: lanes layout != file layout",
+                              lm_type_name(type), k, s.isa, s.vbmi, s.gfni, s.amx, counts[c]);
             }
         }
         mm_scratch_free(&s);
@@ -209,10 +223,10 @@ START_TEST(test_matmul_lanes_layout)
 END_TEST
 
 /*
- * Which tensors the weights' copy lays out in lanes: Q4_0 matrices of whole
- * 16-block steps in rows 16 at a time, where the kernels read them
- * natively; never the embeddings, a tensor past the data section, or one
- * that shares bytes with another.
+ * Which tensors the weights' copy lays out in lanes: Q4_0 matrices of a
+ * 16-block step a row or more in rows 16 at a time, where the kernels read
+ * them natively; the embeddings only when tied (no output.weight); never a
+ * tensor past the data section, or one that shares bytes with another.
  */
 START_TEST(test_lanes_plan)
 {
@@ -224,20 +238,26 @@ START_TEST(test_lanes_plan)
         {"d", 2, {64, 8, 1, 1}, LM_F32, 50 * STEP, 2048, NULL},
         {"token_embd.weight", 2, {512, 16, 1, 1}, LM_Q4_0, 60 * STEP, 16 * STEP, NULL},
         {"e", 2, {512, 8, 1, 1}, LM_Q4_0, 80 * STEP, 8 * STEP, NULL},          /* 8 rows */
-        {"f", 2, {768, 16, 1, 1}, LM_Q4_0, 90 * STEP, 24 * STEP, NULL},        /* 1.5 steps a row */
+        {"f", 2, {768, 16, 1, 1}, LM_Q4_0, 90 * STEP, 24 * STEP, NULL},        /* 1.5 steps a row: fits */
         {"g", 2, {512, 16, 1, 1}, LM_Q8_0, 120 * STEP, 16 * 544, NULL},        /* Q8_0 */
-        {"h", 3, {512, 16, 2, 1}, LM_Q4_0, 160 * STEP, 32 * STEP, NULL},       /* 3-D */
+        {"h", 3, {512, 16, 2, 1}, LM_Q4_0, 168 * STEP, 32 * STEP, NULL},       /* 3-D */
+        {"j", 2, {480, 16, 1, 1}, LM_Q4_0, 151 * STEP, 15 * STEP, NULL},       /* under a step a row */
         {"i", 2, {512, 16, 1, 1}, LM_Q4_0, 200 * STEP, 16 * STEP, NULL},       /* fits, at the section's end */
+        {"output.weight", 2, {64, 8, 1, 1}, LM_F32, 167 * STEP, 0, NULL},     /* so the embeddings are not tied */
     };
-    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 0, 0, 0, 1};
-    gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
+    const uint8_t want[] = {1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+    const int n = sizeof t / sizeof t[0];
+    gguf_file g = {.n_tensors = n, .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 216 * STEP, got), 0);
     const int native = lm_lanes_layout_native();
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    for (int i = 0; i < n; i++)
         ck_assert_msg(got[i] == (want[i] && native), "tensor %s: %d", t[i].name, got[i]);
     ck_assert_int_eq(lm_lanes_plan(&g, 215 * STEP, got), 0); /* i now ends past the section */
-    ck_assert_int_eq(got[9], 0);
+    ck_assert_int_eq(got[n - 2], 0);
+    g.n_tensors = n - 1; /* without an output matrix the embeddings serve as one */
+    ck_assert_int_eq(lm_lanes_plan(&g, 216 * STEP, got), 0);
+    ck_assert_int_eq(got[4], native);
 }
 END_TEST
 
@@ -257,8 +277,9 @@ START_TEST(test_klanes_plan)
         {"h", 2, {1536, 3, 1, 1}, LM_Q6_K, 620 * SB, 3 * 6 * 210, NULL},        /* fits, two super-blocks left over */
         {"i", 2, {512, 3, 1, 1}, LM_Q6_K, 650 * SB, 3 * 2 * 210, NULL},         /* 2 super-blocks a row */
         {"j", 2, {2048, 1, 1, 1}, LM_Q6_K, 670 * SB, 8 * 210, NULL},            /* fits, Q6_K */
+        {"output.weight", 2, {64, 8, 1, 1}, LM_F32, 699 * SB, 0, NULL},         /* the embeddings untied */
     };
-    const uint8_t want[] = {Q4K, Q4K, 0, 0, Q6K, 0, 0, 0, Q6K, 0, Q6K};
+    const uint8_t want[] = {Q4K, Q4K, 0, 0, Q6K, 0, 0, 0, Q6K, 0, Q6K, 0};
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 700 * SB, got), 0);
