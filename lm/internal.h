@@ -248,10 +248,13 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * -n 32`, two rounds: tinyllama Q8_0 23.6 -> 26.8-27.6 t/s, qwen2.5 Q4_0
  * 78-86 -> 90-100, tinyllama Q4_0 49.2-49.7 -> 51.3-51.9, Q4_K_M 39-40
  * -> 41-42; 2 and 4 KiB in between, 8 worse).  For a few tokens a row takes
- * that many times longer, the lines asked for far ahead arrive long before
- * they are read, and each read then waits on L2: there 6 KiB into L1 stays
- * (a 6-token message on smollm2 Q4_K_M, best of 80: 10.11-10.31 ms at 716
- * cached tokens against 10.41-10.57 into L2).
+ * that many times longer, the lines asked for into L2 arrive long before
+ * they are read, and each read then waits on L2: there the lines go into
+ * L1 (a 6-token message on smollm2 Q4_K_M on the Zen 4, best of 80:
+ * 10.11-10.31 ms at 716 cached tokens against 10.41-10.57 into L2), the
+ * same distance ahead, which both machines liked there too (the Zen 4 6
+ * KiB; the Xeon 2-3 KiB, against 6: tinyllama Q4_K_M 6 tokens 102-109 ->
+ * 134-138 t/s, Q8_0 111 -> 129-130, Q4_0 189-194 -> 203-205).
  */
 #define LM_AHEAD_ONE 6144 /* bytes ahead, into L2, when a row meets one token, until tuned */
 
@@ -266,7 +269,7 @@ typedef struct lm_ahead_tune {
 void lm_ahead_tune_init(lm_ahead_tune *t);
 size_t lm_ahead_next(const lm_ahead_tune *t);
 void lm_ahead_record(lm_ahead_tune *t, size_t ahead, double seconds);
-#define LM_PREFETCH_FEW 6144    /* into L1, when it meets several */
+#define LM_PREFETCH_BATCH 6144 /* into L1, when 16 rows at a time meet a batch (10 tokens or more) */
 
 /*
  * repack.c: Q4_0 rows in the lanes layout (LM_LAYOUT_Q4_0_LANES), in steps
@@ -316,7 +319,7 @@ static inline float lm_half_at(const uint8_t *p)
     return lm_f16_to_f32(h);
 }
 
-/* The n bytes a kernel of ntok tokens reads next from p on: with one token, those `ahead` (its act_row's) beyond. */
+/* The n bytes `ahead` beyond p that a kernel of ntok tokens reads next: into L2 for one token, L1 for several. */
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok, size_t ahead)
 {
     if (ntok == 1) {
@@ -326,7 +329,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok, size_
     } else {
 #pragma GCC unroll 8
         for (size_t off = 0; off < n; off += 64)
-            __builtin_prefetch(p + LM_PREFETCH_FEW + off, 0, 3); /* prefetcht0: into L1 */
+            __builtin_prefetch(p + ahead + off, 0, 3); /* prefetcht0: into L1 */
     }
 }
 

@@ -220,7 +220,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
         for (int m = 0; m < 16; m += QROWS) { /* four rows at a time share the token loads */
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
-                lm_prefetch_ahead(raw, row_bytes, nt, s->ahead);
+                lm_prefetch_ahead(raw, row_bytes, nt, nt == 1 ? s->ahead : LM_PREFETCH_BATCH);
                 if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
                     continue;
                 if (klanes_tag(w) && lanes_native(w, s) && lm_row_klanes_prepare(klanes_tag(w), raw, k, &r[i]))

@@ -163,7 +163,7 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
         return 0;
     const int64_t nb = p->k / 32;
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
-    lm_prefetch_ahead(row, (size_t)nb * 18, 16, 0); /* the rows after this one, which come next */
+    lm_prefetch_ahead(row, (size_t)nb * 18, 16, LM_PREFETCH_BATCH); /* the rows after this one, which come next */
     int64_t b = 0;
     if (type == LM_Q4_0_LANES) /* whole steps of 16 blocks, then the last ones as the file has them */
         for (; b + 16 <= nb; b += 16)

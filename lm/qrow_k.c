@@ -492,7 +492,7 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
                                 float *d, float *m)
 {
     const uint8_t *blk = row + (size_t)b * bs;
-    lm_prefetch_ahead(blk, bs, 16, 0); /* for the batch kernels */
+    lm_prefetch_ahead(blk, bs, 16, LM_PREFETCH_BATCH); /* for the batch kernels */
     decode_quad(t, blk, bs, 1, q);
     block_codes(t, blk, 0, c);
     store_factors(q, d, m, b);
@@ -595,7 +595,7 @@ KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t
     const int64_t steps = k / 1024;
     for (int64_t s = 0; s < steps; s++) {
         const uint8_t *st = row + 4 * bs * (size_t)s;
-        lm_prefetch_ahead(st, 4 * bs, 16, 0); /* for the batch kernels */
+        lm_prefetch_ahead(st, 4 * bs, 16, LM_PREFETCH_BATCH); /* for the batch kernels */
         __m512i c[4][4];
         if (t == LM_Q4_K)
             q4_k_lanes_codes(st, c);

@@ -116,7 +116,7 @@ KL static INLINE __m512i load_ahead(const uint8_t *p, int n, size_t ahead)
     if (n == 1)
         __builtin_prefetch(p + ahead, 0, 2);
     else
-        __builtin_prefetch(p + LM_PREFETCH_FEW, 0, 3);
+        __builtin_prefetch(p + ahead, 0, 3);
     return load_once512(p);
 }
 
@@ -365,7 +365,7 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
             continue;
         }
         if (b % 4 == 0)
-            lm_prefetch_ahead(step, step_bytes, 16, 0);
+            lm_prefetch_ahead(step, step_bytes, 16, LM_PREFETCH_BATCH);
         size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
         lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
         lm_k_scales_prepare(t, step + hs - hb, r, b);
