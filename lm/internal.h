@@ -294,7 +294,8 @@ static inline void lm_klanes_header(uint32_t t, int b, size_t *in_step, size_t *
     *in_block = t == LM_Q4_K ? 0 : 192;
     *n = t == LM_Q4_K ? 16 : 18;
 }
-void lm_q4_0_to_lanes(uint8_t *step);
+void lm_q4_0_to_lanes(uint8_t *step, int m);                            /* m blocks, in place */
+void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m); /* to the file's */
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K */
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */

@@ -238,10 +238,14 @@ AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r
     float *d = r->d;
     r->type = t == LM_Q4_0_LANES ? LM_Q4_0 : t, r->k = k;
     int64_t b = 0;
-    if (t == LM_Q4_0_LANES) { /* whole steps, then the last blocks as the file has them */
+    if (t == LM_Q4_0_LANES) { /* whole steps, then the last blocks' step back in the file's order */
         b = nb / 16 * 16;
         q4_0_lanes_prepare(row, b, s8, corr16, d);
-        t = LM_Q4_0;
+        uint8_t tail[18 * 16];
+        lm_q4_0_step_from_lanes(row + 18 * b, tail, (int)(nb - b));
+        for (; b < nb; b++)
+            b32_block(LM_Q4_0, tail + 18 * (b - nb / 16 * 16), s8 + b * 32, corr16 + 2 * b, d + b);
+        return 1;
     }
     const int bb = t == LM_Q4_0 ? 18 : 34; /* bytes a block */
     const __m512i flip = _mm512_set1_epi8((char)0x80);

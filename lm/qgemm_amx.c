@@ -165,13 +165,19 @@ AVX512 int lm_rows16_put_raw(rows16 *p, int m, uint32_t type, const uint8_t *row
     int8_t *s8 = p->s8 + (size_t)m * p->stride;
     lm_prefetch_ahead(row, (size_t)nb * 18, 16, LM_PREFETCH_BATCH); /* the rows after this one, which come next */
     int64_t b = 0;
-    if (type == LM_Q4_0_LANES) /* whole steps of 16 blocks, then the last ones as the file has them */
+    uint8_t tail[18 * 16];
+    if (type == LM_Q4_0_LANES) /* whole steps of 16 blocks, then the last blocks' step in the file's order */
         for (; b + 16 <= nb; b += 16)
             q4_0_lanes_s8(s8 + 32 * b, p->d + m * nb + b, row + (size_t)b * 18);
+    const uint8_t *rest = row + (size_t)b * 18; /* blocks b.. */
+    if (type == LM_Q4_0_LANES && b < nb) {
+        lm_q4_0_step_from_lanes(rest, tail, (int)(nb - b));
+        rest = tail;
+    }
     for (int64_t i = b; i < nb; i++)
-        _mm256_storeu_si256((__m256i *)(s8 + 32 * i), q4_0_s8(row + (size_t)i * 18));
+        _mm256_storeu_si256((__m256i *)(s8 + 32 * i), q4_0_s8(rest + (size_t)(i - b) * 18));
     if (b < nb)
-        block_scales(p->d + m * nb + b, row + (size_t)b * 18, 18, nb - b);
+        block_scales(p->d + m * nb + b, rest, 18, nb - b);
     return 1;
 }
 

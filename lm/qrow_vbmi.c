@@ -419,15 +419,16 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         q8_0_lanes(w, m, u, dw);
         return;
     }
-    if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, a whole step */
+    if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, vectors of 4m bytes */
         const __m512i m4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            const __m512i x = load_once512(w + 64 * q);
+            const __m512i x = m == 16 ? load_once512(w + 64 * q) : _mm512_maskz_loadu_epi8(first_bytes(4 * m), w + 4 * m * q);
             u[q] = _mm512_and_si512(x, m4);
             u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
         }
-        *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 256)));
+        *dw = _mm512_cvtph_ps(m == 16 ? _mm256_loadu_si256((const __m256i *)(w + 256))
+                                      : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), w + 16 * m));
         return;
     }
     const int bs = lm_b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;
@@ -501,9 +502,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         const __mmask16 live = (__mmask16)((1u << m) - 1);
         __m512i u[8];
         __m512 dw;
-        /* a rearranged row's last blocks past its whole steps are as the file has them */
-        const uint32_t st = t == LM_Q4_0_LANES && m < 16 ? LM_Q4_0 : t;
-        const size_t step = st == LM_Q4_0_LANES ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
+        const size_t step = t == LM_Q4_0_LANES && m == 16 ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
         lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
         if (t == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
@@ -515,7 +514,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
             }
             continue;
         }
-        b32_lanes(st, row + bs * (size_t)b, m, ix, u, &dw);
+        b32_lanes(t, row + bs * (size_t)b, m, ix, u, &dw);
 #pragma GCC unroll 8
         for (int i = 0; i < n; i++) {
             const int8_t *qw = a[i].qw + 512 * (b / 16);

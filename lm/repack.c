@@ -15,19 +15,21 @@
  * The layout keeps every step of 16 blocks in its 288 bytes, so a row, its
  * size and its offsets stay the file's: bytes 64q + 4j..+3 of the step are
  * nibble bytes 4q..4q+3 of block j (q < 4, j < 16), then bytes 256 + 2j,
- * 257 + 2j are block j's f16 scale; a row's blocks past its last whole
- * step stay as they are.  Only matrices whose rows come 16 at a time and
+ * 257 + 2j are block j's f16 scale; a row's last m < 16 blocks are a
+ * step of their own in the same order (vectors of 4m bytes, then m
+ * scales).  Only matrices whose rows come 16 at a time and
  * hold a step at least are rearranged, and only where
  * the kernels that read them run (AVX-512 with VBMI; where AMX takes the
  * prompts, its rows are transposed straight from the layout, qgemm_amx.c);
  * any other path unpacks a row to the file's layout before reading it.
  * (Xeon with AMX, two threads: tinyllama Q4_0 generation 41 -> 49 t/s,
- * prompts of 3-9 tokens 12-20% faster, of 14-512 level.)  Rows with
- * blocks past their steps gain less: qwen2.5-0.5b Q4_0 (896 columns, a
- * step and 12 blocks; its tied embeddings, the largest matrix, included)
- * generates level, 6-token prompts 8% faster, 512-token ones 3% slower;
- * matrices of whole steps, 10% faster generation at the tuned prefetch
- * distance (tinyllama Q4_0, 45-46 -> 50-51 t/s).
+ * prompts of 3-9 tokens 12-20% faster, of 14-512 level; at the tuned
+ * prefetch distance 10%, 45-46 -> 50-51 t/s.)  qwen2.5-0.5b Q4_0 (896
+ * columns, a step and 12 blocks; its tied embeddings, the largest matrix,
+ * included): with the last blocks left as the file has them, generation
+ * level and 6-token prompts 8% faster; with them in a short step of their
+ * own, generation 92-96 -> 103-106 t/s and 6-token prompts 358-370 ->
+ * 389-406, 512-token ones level.
  *
  * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
  * 16) with a scale each.  As the file has them, a 32-bit lane of the
@@ -58,33 +60,39 @@
 #define STEP_BLOCKS 16
 #define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
-/* A step of 16 blocks (the file's 288 bytes) into the lanes layout, in place. */
-void lm_q4_0_to_lanes(uint8_t *step)
+/*
+ * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
+ * into the lanes layout, in place: vector q (4m bytes) holds nibble bytes
+ * 4q..4q+3 of block j at 4j, then the m f16 scales.
+ */
+void lm_q4_0_to_lanes(uint8_t *step, int m)
 {
     uint8_t in[STEP_BYTES];
-    memcpy(in, step, sizeof in);
-    for (int j = 0; j < STEP_BLOCKS; j++) {
+    memcpy(in, step, 18 * (size_t)m);
+    for (int j = 0; j < m; j++) {
         const uint8_t *blk = in + 18 * j;
         for (int q = 0; q < 4; q++)
-            memcpy(step + 64 * q + 4 * j, blk + 2 + 4 * q, 4);
-        memcpy(step + 256 + 2 * j, blk, 2);
+            memcpy(step + 4 * m * q + 4 * j, blk + 2 + 4 * q, 4);
+        memcpy(step + 16 * m + 2 * j, blk, 2);
     }
 }
 
-/* A row of k columns in the lanes layout back into the file's layout at dst (its last blocks as they are). */
+/* A step of m blocks in the lanes layout back into the file's layout at out. */
+void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m)
+{
+    for (int j = 0; j < m; j++) {
+        for (int q = 0; q < 4; q++)
+            memcpy(out + 18 * j + 2 + 4 * q, step + 4 * m * q + 4 * j, 4);
+        memcpy(out + 18 * j, step + 16 * m + 2 * j, 2);
+    }
+}
+
+/* A row of k columns in the lanes layout back into the file's layout at dst. */
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
 {
-    const int64_t whole = k / (32 * STEP_BLOCKS);
-    memcpy(dst + STEP_BYTES * whole, row + STEP_BYTES * whole, (size_t)(k / 32 % STEP_BLOCKS) * 18);
-    for (int64_t s = 0; s < whole; s++) {
-        const uint8_t *step = row + STEP_BYTES * s;
-        uint8_t *out = dst + STEP_BYTES * s;
-        for (int j = 0; j < STEP_BLOCKS; j++) {
-            for (int q = 0; q < 4; q++)
-                memcpy(out + 18 * j + 2 + 4 * q, step + 64 * q + 4 * j, 4);
-            memcpy(out + 18 * j, step + 256 + 2 * j, 2);
-        }
-    }
+    const int64_t nb = k / 32;
+    for (int64_t b = 0; b < nb; b += STEP_BLOCKS)
+        lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, nb - b < STEP_BLOCKS ? (int)(nb - b) : STEP_BLOCKS);
 }
 
 /*
@@ -225,8 +233,8 @@ size_t lm_layout_unit(int layout, int64_t k)
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
-        for (int64_t s = 0; s < k / (32 * STEP_BLOCKS); s++)
-            lm_q4_0_to_lanes(unit + STEP_BYTES * s);
+        for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
+            lm_q4_0_to_lanes(unit + 18 * b, k / 32 - b < STEP_BLOCKS ? (int)(k / 32 - b) : STEP_BLOCKS);
     else if (layout != LM_LAYOUT_FILE)
         k_to_lanes(lm_layout_type(layout), unit, k);
 }
