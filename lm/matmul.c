@@ -593,15 +593,20 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * Q4_K_M pp16 113-137 -> 137-138, pp20 106-121 -> 134-135, pp23 122-138 ->
  * 136-139 (pp24 level, pp26 141 against 156 grouped); with super-blocks
  * left over (qwen2.5's ffn_down) they stay at 14 (pp14 357 grouped against
- * 340, pp24 352 against 307).
+ * 340, pp24 352 against 307).  With AMX, the tiles take groups from 10
+ * tokens (that crossing not measured), from 13 through Q4_K and Q6_K rows
+ * of whole steps in their layout (Xeon with AMX, 3 KiB ahead, two rounds:
+ * tinyllama Q4_K_M pp10 111-123 -> 152-168 t/s, pp12 135-145 -> 155-170;
+ * pp13 level, pp20 and pp23 faster in the tiles).
  */
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
     const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
-    const int from = s->amx ? 10 /* not measured */
+    const int klanes_whole = klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0;
+    const int from = s->amx ? (klanes_whole ? 13 : 10)
                      : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : w->ne[0] < 1024 ? 32 : 28)
-                     : klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0 ? 24
+                     : klanes_whole ? 24
                      : k_quant ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
