@@ -39,6 +39,7 @@ struct lm_ctx {
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
     mm_scratch mm;       /* matmul: quantized activations, decoded rows */
     lm_ahead_tune ahead; /* how far ahead the one-token kernels ask for weights */
+    int ahead_settled;   /* whether that tuning began with the weights where they stay */
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
     float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
@@ -697,11 +698,16 @@ int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int 
               float *logits, volatile int *stop, lm_err *e)
 {
     lm_weights_enter(c->m); /* the tensors copied so far are read from the copy */
+    if (!c->ahead_settled && lm_weights_settled(c->m)) {
+        /* tuned on the mapped file while the copy was made (a script leaves it little idle
+           time), tuned again once the weights are where they stay */
+        lm_ahead_tune_init(&c->ahead);
+        c->ahead_settled = 1;
+    }
     c->mm.ahead = lm_ahead_next(&c->ahead);
-    const int timed = n == 1 && lm_weights_settled(c->m); /* passes over the weights where they stay */
-    const double t0 = timed ? omp_get_wtime() : 0;
+    const double t0 = n == 1 ? omp_get_wtime() : 0;
     int rc = decode_all(c, kv, tokens, n, pos0, logits_mode, logits, stop, e);
-    if (timed && rc == 0)
+    if (n == 1 && rc == 0)
         lm_ahead_record(&c->ahead, c->mm.ahead, omp_get_wtime() - t0);
     lm_weights_leave(c->m);
     return rc;

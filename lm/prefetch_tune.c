@@ -9,8 +9,9 @@
  * keeps in flight.  The Zen 4 this project was first measured on read
  * fastest 6 KiB ahead; the Xeon with AMX of 2026-11-25 3 KiB, where 6 KiB
  * cost its Q8_0 and Q4_0 rows 10-15% of their speed.  So a context takes
- * the candidates in turn on its first one-token passes once the weights
- * have settled (weights_copy.c), keeps each one's fastest pass (the
+ * the candidates in turn on its first one-token passes (over the mapped
+ * file while the weights' copy is made, then again once they have settled,
+ * weights_copy.c), keeps each one's fastest pass (the
  * machine's noise only ever slows a pass down), and from then on asks as
  * far ahead as the fastest of them.  A distance only changes when lines
  * arrive, never a result.  KVCHAT_PREFETCH=BYTES fixes it instead
