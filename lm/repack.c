@@ -60,6 +60,12 @@
 #define STEP_BLOCKS 16
 #define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
+/* Blocks in the step at block b of a row of nb: 16, but for the row's last step. */
+static int step_blocks(int64_t nb, int64_t b)
+{
+    return nb - b < STEP_BLOCKS ? (int)(nb - b) : STEP_BLOCKS;
+}
+
 /*
  * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
  * into the lanes layout, in place: vector q (4m bytes) holds nibble bytes
@@ -92,7 +98,7 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
 {
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS)
-        lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, nb - b < STEP_BLOCKS ? (int)(nb - b) : STEP_BLOCKS);
+        lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, step_blocks(nb, b));
 }
 
 /*
@@ -234,7 +240,7 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
-            lm_q4_0_to_lanes(unit + 18 * b, k / 32 - b < STEP_BLOCKS ? (int)(k / 32 - b) : STEP_BLOCKS);
+            lm_q4_0_to_lanes(unit + 18 * b, step_blocks(k / 32, b));
     else if (layout != LM_LAYOUT_FILE)
         k_to_lanes(lm_layout_type(layout), unit, k);
 }
