@@ -270,17 +270,53 @@ static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float
         out[i] *= inv;
 }
 
+/* Each query's first key: its sliding window's in a layer that has one. */
+static void attq_windows(const lm_model *m, int il, lm_attq *qs, int n)
+{
+    const int swa = lm_layer_swa(m, il);
+    for (int a = 0; a < n; a++) {
+        int lo = qs[a].pos - m->hp.sliding_window + 1;
+        qs[a].lo = swa && lo > 0 ? lo : 0;
+    }
+}
+
+static float score_scale(const lm_model *m)
+{
+    return (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : m->hp.attn_scale;
+}
+
+int lm_attend_splits(const lm_kv *kv, int isa)
+{
+    return isa >= LM_ISA_AVX512 && kv->head_dim % 16 == 0 && kv->head_dim_v % 16 == 0 &&
+           kv->head_dim <= 256 && kv->head_dim_v <= 256;
+}
+
+void lm_attend_scores_part(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n, int part,
+                           int parts, float *scores, size_t sstride, float *vmx)
+{
+    attq_windows(m, il, qs, n);
+    const void *k0 = (const char *)kv->k + k_head(kv, il, kh) * lm_kv_elem_bytes(kv);
+    lm_attend_scores_avx512(qs, n, k0, kv->head_dim, kv->head_dim_v, score_scale(m), part, parts, scores,
+                            sstride, vmx, kv->type == LM_KV_F16);
+}
+
+void lm_attend_values_part(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n, int part,
+                           int parts, const float *scores, size_t sstride, const float *vmx, float *w,
+                           size_t wstride, float *acc)
+{
+    attq_windows(m, il, qs, n);
+    const void *v0 = (const char *)kv->v + v_head(kv, il, kh) * lm_kv_elem_bytes(kv);
+    lm_attend_values_avx512(qs, n, v0, kv->head_dim, kv->head_dim_v, m->hp.attn_softcap, part, parts, scores,
+                            sstride, vmx, w, wstride, acc, kv->type == LM_KV_F16);
+}
+
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
                      float *scores, size_t sstride, float *acc, int isa)
 {
     const lm_hparams *hp = &m->hp;
-    const float scale = (m->arch->flags & ARCH_Q_PRESCALE) ? 1.0f : hp->attn_scale;
+    const float scale = score_scale(m);
     const float cap = hp->attn_softcap;
-    const int swa = lm_layer_swa(m, il);
-    for (int a = 0; a < n; a++) {
-        int lo = qs[a].pos - hp->sliding_window + 1;
-        qs[a].lo = swa && lo > 0 ? lo : 0;
-    }
+    attq_windows(m, il, qs, n);
     const int f16 = kv->type == LM_KV_F16;
     const size_t es = lm_kv_elem_bytes(kv);
     const void *k0 = (const char *)kv->k + k_head(kv, il, kh) * es;

@@ -30,22 +30,40 @@
  * never fault, so asking past the last key is fine.
  */
 typedef struct pf_cursor {
-    const char *at, *end;
-    int per; /* lines a step */
+    const char *base;
+    size_t line, end; /* the next line to ask for and the last + 1, counted from base */
+    int per;          /* lines a step */
+    int shift;        /* a row's lines: 1 << shift, row r's from base + r * stride */
+    size_t stride;
 } pf_cursor;
 
 static inline void pf_step(pf_cursor *c)
 {
-    for (int i = 0; i < c->per && c->at < c->end; i++, c->at += 64)
-        __builtin_prefetch(c->at, 0, 2);
+    const size_t mask = ((size_t)1 << c->shift) - 1;
+    for (int i = 0; i < c->per && c->line < c->end; i++, c->line++)
+        __builtin_prefetch(c->base + (c->line >> c->shift) * c->stride + ((c->line & mask) << 6), 0, 2);
 }
 
 /* A cursor over bytes [from, to) of base, spread over steps inner-loop steps. */
 static inline pf_cursor pf_span(const void *base, size_t from, size_t to, int steps)
 {
     const size_t lines = (to - from + 63) / 64;
-    pf_cursor c = {(const char *)base + from, (const char *)base + to,
-                   (int)((lines + (size_t)steps - 1) / (size_t)steps)};
+    pf_cursor c = {(const char *)base + from, 0, lines, (int)((lines + (size_t)steps - 1) / (size_t)steps), 0, 64};
+    return c;
+}
+
+/*
+ * A cursor over the first `bytes` of rows [r0, r1) of stride bytes from
+ * base (a head's values cut by vectors: a part's own lines only).
+ */
+static inline pf_cursor pf_rows(const void *base, size_t stride, size_t bytes, int r0, int r1, int steps)
+{
+    int shift = 0;
+    while (((size_t)64 << shift) < bytes)
+        shift++;
+    const size_t lines = (size_t)(r1 > r0 ? r1 - r0 : 0) << shift;
+    pf_cursor c = {(const char *)base + (size_t)r0 * stride, 0, lines,
+                   (int)((lines + (size_t)steps - 1) / (size_t)steps), shift, stride};
     return c;
 }
 
@@ -422,6 +440,70 @@ INLINE_AVX512 void group_values(const lm_attq *qs, int n, const void *v0, size_t
     }
 }
 
+/*
+ * Scores of the queries' keys within [from, to) (from a multiple of 32), a
+ * block of kb keys at a time, into their rows; running maxima in vmx.  The
+ * last block asks for the first V block (keys first.. v_end) instead of a
+ * next K block.
+ */
+INLINE_AVX512 void scores_span(const lm_attq *qs, int n, const void *k0, const void *v0, int from, int to,
+                               int first, int v_end, int kb, int nq, int nv, float scale, float *scores,
+                               size_t sstride, __m512 *vmx, int f16)
+{
+    const size_t es = f16 ? 2 : 4, kbytes = 16 * (size_t)nq * es, vbytes = 16 * (size_t)nv * es;
+    /* inner-loop steps a block: a component of four tiles for each four queries */
+    const int score_steps = (n + 3) / 4 * ((kb + 63) / 64) * 16 * nq;
+    for (int b = from; b < to; b += kb) {
+        const int next = b + kb < to ? b + kb : to, after = next + kb < to ? next + kb : to;
+        pf_cursor pf = next < to ? pf_span(k0, (size_t)next * kbytes, (size_t)after * kbytes, score_steps)
+                                 : pf_span(v0, (size_t)first * vbytes, (size_t)v_end * vbytes, score_steps);
+        group_scores(qs, n, k0, b, next, nq, &pf, scale, f16, scores, sstride, vmx);
+    }
+}
+
+/*
+ * Weighted values of keys first..hi (w: each query's weights, a row of
+ * wstride) into acc, nv vectors a query from v0 (rows of vstride values),
+ * a block of kb keys at a time.
+ */
+INLINE_AVX512 void values_span(const lm_attq *qs, int n, const void *v0, size_t vstride, int first, int hi,
+                               int kb, int nv, const float *w, size_t wstride, float *acc, int f16)
+{
+    const size_t es = f16 ? 2 : 4, vbytes = vstride * es;
+    /* inner-loop steps a block: a key for each group of values_at_once queries */
+    const int value_steps = (n + values_at_once(nv) - 1) / values_at_once(nv) * kb;
+    memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
+    for (int b = first; b <= hi; b += kb) {
+        const int next = b + kb, after = next + kb < hi + 1 ? next + kb : hi + 1;
+        pf_cursor pf = 16 * (size_t)nv == vstride /* whole rows, or a part's vectors of each */
+                           ? pf_span(v0, (size_t)next * vbytes, (size_t)(next < after ? after : next) * vbytes,
+                                     value_steps)
+                           : pf_rows(v0, vbytes, 16 * (size_t)nv * es, next, after, value_steps);
+        group_values(qs, n, v0, vstride, b, b + kb, nv, f16, w, wstride, &pf, acc);
+    }
+}
+
+/* Each query's value sums times 1 / its sum of weights: output vectors u0.. u0 + nv. */
+INLINE_AVX512 void values_out(const lm_attq *qs, int n, const float *acc, const float *inv, int u0, int nv)
+{
+    for (int a = 0; a < n; a++) {
+        const float *sa = acc + (size_t)a * LM_ATT_ACC;
+#pragma GCC unroll 16
+        for (int u = 0; u < nv; u++)
+            _mm512_storeu_ps(qs[a].out + 16 * (u0 + u),
+                             _mm512_mul_ps(_mm512_loadu_ps(sa + 16 * u), _mm512_set1_ps(inv[a])));
+    }
+}
+
+/* Keys per block, and the queries' first key rounded down to a pair of tiles and their last. */
+static int span_of(const lm_attq *qs, int n, int nq, int nv, int f16, int *first, int *hi)
+{
+    int lo;
+    lm_attq_span(qs, n, &lo, hi);
+    *first = lo & ~31;
+    return block_keys(16 * (nq > nv ? nq : nv), f16);
+}
+
 INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const void *v0, int nq,
                                 int nv, float scale, float cap, float *scores, size_t sstride,
                                 float *acc, int f16)
@@ -429,40 +511,15 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
     __m512 vmx[LM_ATT_QMAX];
     for (int a = 0; a < n; a++)
         vmx[a] = _mm512_set1_ps(-__builtin_inff());
-    int lo, hi, kb = block_keys(16 * (nq > nv ? nq : nv), f16);
-    lm_attq_span(qs, n, &lo, &hi);
-    const size_t es = f16 ? 2 : 4, kbytes = 16 * (size_t)nq * es, vbytes = 16 * (size_t)nv * es;
-    const int first = lo & ~31, end = (hi + 16) & ~15; /* from a pair of tiles to a tile */
-    /* inner-loop steps a block: a component of four tiles for each four
-       queries; a key for each group of values_at_once queries */
-    const int score_steps = (n + 3) / 4 * ((kb + 63) / 64) * 16 * nq;
-    const int value_steps = (n + values_at_once(nv) - 1) / values_at_once(nv) * kb;
-    for (int b = first; b < end; b += kb) {
-        const int next = b + kb < end ? b + kb : end, after = next + kb < end ? next + kb : end;
-        /* the next K block; from the last, the first V block */
-        const int v_end = first + kb < hi + 1 ? first + kb : hi + 1;
-        pf_cursor pf = next < end ? pf_span(k0, (size_t)next * kbytes, (size_t)after * kbytes, score_steps)
-                                  : pf_span(v0, (size_t)first * vbytes, (size_t)v_end * vbytes, score_steps);
-        group_scores(qs, n, k0, b, next, nq, &pf, scale, f16, scores, sstride, vmx);
-    }
+    int first, hi, kb = span_of(qs, n, nq, nv, f16, &first, &hi);
+    const int end = (hi + 16) & ~15; /* from a pair of tiles to a tile */
+    const int v_end = first + kb < hi + 1 ? first + kb : hi + 1;
+    scores_span(qs, n, k0, v0, first, end, first, v_end, kb, nq, nv, scale, scores, sstride, vmx, f16);
     float inv[LM_ATT_QMAX];
-    for (int a = 0; a < n; a++)
+    for (int a = 0; a < n; a++) /* the sums of exp(s - mx) v, over the sum of exp(s - mx) */
         inv[a] = softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a]);
-    memset(acc, 0, (size_t)n * LM_ATT_ACC * sizeof *acc);
-    const size_t vstride = 16 * (size_t)nv;
-    for (int b = first; b <= hi; b += kb) {
-        const int next = b + kb, after = next + kb < hi + 1 ? next + kb : hi + 1;
-        pf_cursor pf = pf_span(v0, (size_t)next * vbytes, (size_t)(next < after ? after : next) * vbytes,
-                               value_steps);
-        group_values(qs, n, v0, vstride, b, b + kb, nv, f16, scores, sstride, &pf, acc);
-    }
-    for (int a = 0; a < n; a++) { /* the sums of exp(s - mx) v, over the sum of exp(s - mx) */
-        const float *sa = acc + (size_t)a * LM_ATT_ACC;
-#pragma GCC unroll 16
-        for (int u = 0; u < nv; u++)
-            _mm512_storeu_ps(qs[a].out + 16 * u,
-                             _mm512_mul_ps(_mm512_loadu_ps(sa + 16 * u), _mm512_set1_ps(inv[a])));
-    }
+    values_span(qs, n, v0, 16 * (size_t)nv, first, hi, kb, nv, scores, sstride, acc, f16);
+    values_out(qs, n, acc, inv, 0, nv);
 }
 
 /* attend_group with the cache type made a constant too. */
@@ -474,6 +531,82 @@ INLINE_AVX512 void attend_sized(const lm_attq *qs, int n, const void *k0, const 
         attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 1);
     else
         attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 0);
+}
+
+/*
+ * A head split among threads (lm_attend_split in attention.c): the steps of
+ * attend_group in two phases, each query's bytes unchanged.  Scores do not
+ * depend on each other, so the keys are cut in parts (of whole groups of
+ * 64, from the queries' first pair of tiles); a part's lane maxima go to
+ * vmx, and a maximum is the same whichever parts it is taken over.  Each
+ * output vector sums its keys in order by itself, so the values are cut by
+ * vectors; every values part takes the softmax of the whole rows again, on
+ * a copy (w), the same operations on the same scores.
+ */
+static void part_range(int from, int to, int step, int part, int parts, int *a, int *b)
+{
+    const int per = ((to - from + parts - 1) / parts + step - 1) / step * step;
+    *a = from + per * part < to ? from + per * part : to;
+    *b = *a + per < to ? *a + per : to;
+}
+
+AVX512 int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
+                                   int part, int parts, float *scores, size_t sstride, float *vmx, int f16)
+{
+    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
+        return 0;
+    const int nq = hd / 16, nv = hdv / 16;
+    int first, hi, from, to, kb = span_of(qs, n, nq, nv, f16, &first, &hi);
+    part_range(first, (hi + 16) & ~15, 64, part, parts, &from, &to);
+    __m512 mx[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++)
+        mx[a] = _mm512_set1_ps(-__builtin_inff());
+    if (nq == 4)
+        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, 4, nv, scale, scores, sstride, mx, f16);
+    else if (nq == 8)
+        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, 8, nv, scale, scores, sstride, mx, f16);
+    else
+        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, nq, nv, scale, scores, sstride, mx, f16);
+    for (int a = 0; a < n; a++)
+        _mm512_storeu_ps(vmx + 16 * a, mx[a]);
+    return 1;
+}
+
+/* vmx: every scores part's maxima ([parts][n][16]); w, acc: a thread's own rows. */
+AVX512 int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int hd, int hdv, float cap,
+                                   int part, int parts, const float *scores, size_t sstride, const float *vmx,
+                                   float *w, size_t wstride, float *acc, int f16)
+{
+    if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
+        return 0;
+    const int nq = hd / 16, nv = hdv / 16;
+    int first, hi, u0, u1, kb = span_of(qs, n, nq, nv, f16, &first, &hi);
+    part_range(0, nv, 1, part, parts, &u0, &u1);
+    if (u0 == u1)
+        return 1;
+    float inv[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++) {
+        __m512 mx = _mm512_loadu_ps(vmx + 16 * a);
+        for (int p = 1; p < parts; p++)
+            mx = _mm512_max_ps(_mm512_loadu_ps(vmx + 16 * ((size_t)p * n + a)), mx);
+        float *wa = w + (size_t)a * wstride;
+        memcpy(wa + qs[a].lo, scores + (size_t)a * sstride + qs[a].lo,
+               (size_t)(qs[a].pos - qs[a].lo + 1) * sizeof *wa);
+        inv[a] = softmax_weights(wa, qs[a].lo, qs[a].pos, cap, mx);
+    }
+    const void *vu = (const char *)v0 + (size_t)16 * u0 * (f16 ? 2 : 4);
+    const size_t vstride = 16 * (size_t)nv;
+    const int m = u1 - u0;
+    if (m == 1)
+        values_span(qs, n, vu, vstride, first, hi, kb, 1, w, wstride, acc, f16);
+    else if (m == 2)
+        values_span(qs, n, vu, vstride, first, hi, kb, 2, w, wstride, acc, f16);
+    else if (m == 4)
+        values_span(qs, n, vu, vstride, first, hi, kb, 4, w, wstride, acc, f16);
+    else
+        values_span(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
+    values_out(qs, n, acc, inv, u0, m);
+    return 1;
 }
 
 /*
@@ -517,6 +650,23 @@ size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
     return lm_softmax_exp(scores, lo, hi, mx);
+}
+
+int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
+                            int part, int parts, float *scores, size_t sstride, float *vmx, int f16)
+{
+    (void)qs, (void)n, (void)k0, (void)hd, (void)hdv, (void)scale, (void)part, (void)parts;
+    (void)scores, (void)sstride, (void)vmx, (void)f16;
+    return 0;
+}
+
+int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int hd, int hdv, float cap,
+                            int part, int parts, const float *scores, size_t sstride, const float *vmx,
+                            float *w, size_t wstride, float *acc, int f16)
+{
+    (void)qs, (void)n, (void)v0, (void)hd, (void)hdv, (void)cap, (void)part, (void)parts;
+    (void)scores, (void)sstride, (void)vmx, (void)w, (void)wstride, (void)acc, (void)f16;
+    return 0;
 }
 
 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,

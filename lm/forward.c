@@ -42,6 +42,7 @@ struct lm_ctx {
     int ahead_settled;   /* whether that tuning began with the weights where they stay */
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
+    float *split_scores; /* n_head rows of scores_cap, then n_head * n_threads maxima of 16 (split_parts) */
     float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
     int rope_pos0, rope_n, rope_swa, rope_ctx; /* what they were computed for; rope_n -1: nothing */
 };
@@ -140,6 +141,7 @@ void lm_ctx_free(lm_ctx *c)
     for (int i = 0; c->scores && i < c->n_threads; i++)
         free(c->scores[i]);
     free(c->scores);
+    free(c->split_scores);
     mm_scratch_free(&c->mm);
     free(c->x);
     free(c->xb);
@@ -373,10 +375,73 @@ static void job_head(int job, int n_kv, int chunks, int left, int *kh, int *part
     }
 }
 
-/* Whether every KV head is a single job when n tokens attend (the pass may then fuse RoPE into them). */
-static int one_job_a_head(const lm_ctx *c, int n)
+/*
+ * Parts each KV head is cut in when one token attends and the heads do not
+ * share out evenly among the threads (smollm2: 3 heads, 2 threads): a
+ * token's attention over a long cache is bound by reading it, and with a
+ * job a head one thread read two heads while the other read one.  Cut in
+ * parts (lm_attend_scores_part, lm_attend_values_part), each thread reads
+ * its share; the same bytes.  smollm2 Q4_K_M on the Xeon with AMX, one
+ * token's attention timed alone (`kvchat bench -p 1 -n 0 -d D -r 60`, two
+ * or three rounds): at 1400 cached tokens 3.17-3.38 -> 2.78-2.81 ms a
+ * pass, at 700 1.43 -> 1.28-1.29, at 300 0.66-0.69 -> 0.61-0.62.  Short
+ * caches keep a job a head: the cut costs a barrier a layer.
+ */
+#define SPLIT_MIN_KEYS 256
+
+static int split_parts(const lm_ctx *c, const lm_kv *kv, int n, int pos0)
 {
-    return head_chunks(c, n) == 1 && !leftover_heads(c, n);
+    const int heads = c->m->hp.n_head_kv, nv = kv->head_dim_v / 16;
+    const int group = c->m->hp.n_head / heads; /* a thread's own rows take a head's queries */
+    if (n != 1 || c->n_threads < 2 || heads % c->n_threads == 0 || pos0 + 1 < SPLIT_MIN_KEYS ||
+        group > c->att_qmax || !lm_attend_splits(kv, c->mm.isa))
+        return 0;
+    const int parts = c->n_threads < nv ? c->n_threads : nv;
+    return parts >= 2 ? parts : 0;
+}
+
+/* Whether every KV head is a single job when n tokens attend (the pass may then fuse RoPE into them). */
+static int one_job_a_head(const lm_ctx *c, const lm_kv *kv, int n, int pos0)
+{
+    return head_chunks(c, n) == 1 && !leftover_heads(c, n) && !split_parts(c, kv, n, pos0);
+}
+
+/* The query heads of KV head kh for token 0 at pos0. */
+static void head_queries(const lm_ctx *c, int kh, int pos0, lm_attq *qs)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const int group = hp->n_head / hp->n_head_kv;
+    for (int i = 0; i < group; i++) {
+        const int h = kh * group + i;
+        qs[i] = (lm_attq){.q = c->q + (size_t)h * hp->head_dim, .out = c->att + (size_t)h * hp->head_dim_v,
+                          .pos = pos0};
+    }
+}
+
+/* One token's attention, every head cut in `parts` (split_parts); q and the cache rows are ready. */
+static void attention_split(lm_ctx *c, lm_kv *kv, int il, int pos0, int parts)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const int group = hp->n_head / hp->n_head_kv, jobs = hp->n_head_kv * parts;
+    const size_t row = (size_t)c->scores_cap;
+    float *maxima = c->split_scores + (size_t)hp->n_head * row; /* [head][part][query][16] */
+    lm_attq qs[LM_ATT_QMAX];
+#pragma omp for schedule(static)
+    for (int j = 0; j < jobs; j++) {
+        const int kh = j / parts, part = j % parts;
+        head_queries(c, kh, pos0, qs);
+        lm_attend_scores_part(c->m, kv, il, kh, qs, group, part, parts, c->split_scores + kh * group * row,
+                              row, maxima + (size_t)(kh * parts + part) * group * 16);
+    }
+#pragma omp for schedule(static)
+    for (int j = 0; j < jobs; j++) {
+        const int kh = j / parts, part = j % parts;
+        float *own = c->scores[omp_get_thread_num()];
+        head_queries(c, kh, pos0, qs);
+        lm_attend_values_part(c->m, kv, il, kh, qs, group, part, parts, c->split_scores + kh * group * row,
+                              row, maxima + (size_t)kh * parts * group * 16, own, row,
+                              own + (size_t)c->att_qmax * row);
+    }
 }
 
 /*
@@ -388,6 +453,11 @@ static int one_job_a_head(const lm_ctx *c, int n)
 static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0, int positioned)
 {
     const lm_hparams *hp = &c->m->hp;
+    const int parts = split_parts(c, kv, n, pos0);
+    if (parts) {
+        attention_split(c, kv, il, pos0, parts);
+        return;
+    }
     /* The queries sharing a KV head (its query heads, for every token) go
        over its cache rows together, a block of keys at a time, so the cache
        is read from memory once per job instead of once per query.  Jobs
@@ -511,7 +581,7 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
         norm_rows(c, c->xb, c->x, L->attn_norm, n);
     project_qkv(c, L, n);
     rope_tables(c, il, n, pos0, kv->n_ctx);
-    const int fused = from == 0 && one_job_a_head(c, n);
+    const int fused = from == 0 && one_job_a_head(c, kv, n, pos0);
     if (!fused)
         position_qk(c, kv, L, il, n, pos0);
     if (from >= n)
@@ -586,6 +656,14 @@ static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
             lm_seterr(e, "out of memory for attention scores");
             return -1;
         }
+    }
+    free(c->split_scores);
+    const size_t heads = (size_t)c->m->hp.n_head;
+    c->split_scores = alloc_floats(heads * (size_t)row + heads * (size_t)c->n_threads * 16);
+    if (!c->split_scores) {
+        c->scores_cap = 0;
+        lm_seterr(e, "out of memory for attention scores");
+        return -1;
     }
     c->scores_cap = row;
     c->att_qmax = qmax;

@@ -444,9 +444,30 @@ static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
  */
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
                      float *scores, size_t sstride, float *acc, int isa);
+/*
+ * lm_attend_group in two phases, for threads to share one head's work:
+ * the scores of part `part` of `parts` of the keys (into rows every part
+ * fills; the part's maxima, 16 floats a query, into vmx), then after every
+ * part's scores, the values of part `part` of the output vectors (vmx:
+ * [parts][n][16]; w and acc: the thread's own rows, as lm_attend_group's
+ * scores and acc).  The same bytes as lm_attend_group; taken where
+ * lm_attend_splits says so (AVX-512, heads of whole vectors up to 256).
+ */
+int lm_attend_splits(const lm_kv *kv, int isa);
+void lm_attend_scores_part(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n, int part,
+                           int parts, float *scores, size_t sstride, float *vmx);
+void lm_attend_values_part(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n, int part,
+                           int parts, const float *scores, size_t sstride, const float *vmx, float *w,
+                           size_t wstride, float *acc);
 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, const void *v0, int hd,
                            int hdv, float scale, float cap, float *scores, size_t sstride,
                            float *acc, int f16);
+/* A head's scores and values in parts, for threads to share (attention_simd.c; 0: not taken) */
+int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
+                            int part, int parts, float *scores, size_t sstride, float *vmx, int f16);
+int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int hd, int hdv, float cap,
+                            int part, int parts, const float *scores, size_t sstride, const float *vmx,
+                            float *w, size_t wstride, float *acc, int f16);
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);

@@ -126,6 +126,45 @@ START_TEST(test_attention_fast_bitwise)
 }
 END_TEST
 
+/*
+ * The AVX-512 attention cut in parts for threads to share (keys for the
+ * scores, output vectors for the values; lm_attend_scores_avx512 and
+ * lm_attend_values_avx512), run part after part: the same bytes as in one
+ * piece, for 2 and 3 parts (with head size 64, the third of 3 is empty).
+ */
+static int split_parts_now;
+
+static int attend_in_parts(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
+                           float scale, float cap, float *scores, size_t sstride, float *acc, int f16)
+{
+    static float vmx[4 * LM_ATT_QMAX * 16];
+    const int parts = split_parts_now;
+    float *w = malloc((size_t)n * sstride * sizeof *w);
+    int ok = w != NULL;
+    for (int p = 0; ok && p < parts; p++)
+        ok = lm_attend_scores_avx512(qs, n, k0, hd, hdv, scale, p, parts, scores, sstride,
+                                     vmx + (size_t)p * n * 16, f16);
+    for (int p = 0; ok && p < parts; p++)
+        ok = lm_attend_values_avx512(qs, n, v0, hd, hdv, cap, p, parts, scores, sstride, vmx, w, sstride, acc,
+                                     f16);
+    free(w);
+    return ok;
+}
+
+START_TEST(test_attention_parts_bitwise)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX512)
+        return;
+    char msg[160] = "";
+    for (split_parts_now = 2; split_parts_now <= 3; split_parts_now++) {
+        int bad = attcheck_groups(attend_in_parts, msg, sizeof msg);
+        ck_assert_msg(!bad, "%d parts: %d queries differ, first: %s", split_parts_now, bad, msg);
+        bad = attcheck_range_edges(attend_in_parts, 5, msg, sizeof msg);
+        ck_assert_msg(!bad, "%d parts, range edges: %d queries differ, first: %s", split_parts_now, bad, msg);
+    }
+}
+END_TEST
+
 /* Keys outside a query's range must not reach its scores' maximum (attcheck.h). */
 START_TEST(test_attention_range_edges)
 {
@@ -144,11 +183,12 @@ END_TEST
 TCase *tcase_layer_math(void)
 {
     TCase *tc = tcase_create("layer_math");
-    tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
+    tcase_set_timeout(tc, 180); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_attention_range_edges);
+    tcase_add_test(tc, test_attention_parts_bitwise);
     tcase_add_test(tc, test_rmsnorm_isa_bitwise);
     return tc;
 }
