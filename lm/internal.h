@@ -156,6 +156,12 @@ void lm_act_klanes(act_row *a, uint32_t tag); /* fills qw, ncw in that layout's 
 int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
                    float *out, size_t ldo);
 int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r); /* as lm_row_k_prepare */
+/* qrow_klanes_avx2.c: one token through rearranged Q4_K rows, AVX2; 0: not this layout (nothing done) */
+int lm_rows_klanes_avx2(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                        float *out);
+/* qdot_avx2.c: super-blocks b0..b1-1 of a K-quant row as stored into acc and mins (lanes b % LM_K_LANES) */
+void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                      float *mins);
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes; also from the lanes layouts); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);
@@ -303,7 +309,7 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in 
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */
 void lm_tensor_row_f32(const lm_tensor *t, int64_t i, float *out, uint8_t *scratch); /* any layout */
 int lm_lanes_layout_native(void);
-int lm_klanes_layout_native(void);
+int lm_klanes_layout_native(uint32_t t); /* Q4_K or Q6_K */
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout);
 
 /* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */

@@ -181,8 +181,8 @@ static uint32_t klanes_tag(const lm_tensor *w)
 /* Whether this context's kernels read them as they lie (elsewhere each row is unpacked first). */
 static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
-    if (klanes_tag(w))
-        return s->gfni;
+    if (klanes_tag(w)) /* AVX2: Q4_K's, one token (qrow_klanes_avx2.c) or eight rows a batch (qgemm_avx2.c) */
+        return s->gfni || (s->isa == LM_ISA_AVX2 && klanes_tag(w) == LM_Q4_K_LANES);
     return in_lanes(w) && s->vbmi;
 }
 
@@ -325,9 +325,10 @@ static int64_t rows8_times_tokens(float *out, const lm_tensor *w, int t0, int nt
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t rb = lm_row_bytes(w->type, k);
     void *scratch = s->r8[omp_get_thread_num()];
+    const uint32_t tag = w->layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K_LANES : w->type;
 #pragma omp for schedule(guided) nowait
     for (int64_t c = 0; c < rows / 8; c++)
-        lm_rows8_avx2(w->type, (const uint8_t *)w->data + (size_t)c * 8 * rb, rb, k, acts + t0, nt,
+        lm_rows8_avx2(tag, (const uint8_t *)w->data + (size_t)c * 8 * rb, rb, k, acts + t0, nt,
                       out + (size_t)t0 * rows + c * 8, (size_t)rows, scratch);
     return rows / 8 * 8;
 }
@@ -370,6 +371,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     if (klanes_tag(w)) { /* rearranged: each lane adds up its groups */
         if (!lanes_native(w, s) || acts[t0].klanes != (int)klanes_tag(w))
             return 0;
+        if (!s->gfni)
+            return nt == 1 && lm_rows_klanes_avx2(klanes_tag(w), row, rb, e - a, k, &acts[t0], o);
         return lm_rows_klanes(klanes_tag(w), row, rb, e - a, k, acts + t0, nt, o, (size_t)rows);
     }
     if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
@@ -478,8 +481,8 @@ enum { LAYOUT_AS_ROUNDED, LAYOUT_WINDOWS, LAYOUT_LANES, LAYOUT_NIBBLES, LAYOUT_K
 static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
     const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
-    if (klanes_tag(w))
-        return lanes_native(w, s) && !grouped ? LAYOUT_KLANES : LAYOUT_AS_ROUNDED;
+    if (klanes_tag(w)) /* (AVX2 takes a batch eight rows at a time, from the codes as rounded) */
+        return lanes_native(w, s) && !grouped && (s->gfni || n_tok == 1) ? LAYOUT_KLANES : LAYOUT_AS_ROUNDED;
     if (in_lanes(w))
         return lanes_native(w, s) && !grouped ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;
     if (n_tok == 1 && s->vbmi && b32)
@@ -554,7 +557,8 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
     const int tiles = grouped && s->amx;
-    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) && !in_lanes(w);
+    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) &&
+                       (!in_lanes(w) || w->layout == LM_LAYOUT_Q4_K_LANES);
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */

@@ -434,10 +434,10 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
  * 32) comes off as offset * sum of scale * group's activation sum, an
  * exact integer as well; the float steps are lm_dot_k_scalar's.
  */
-AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t b0, int64_t b1,
+                                      const act_row *a, float *acc, float *mins)
 {
-    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
-    for (int64_t b = 0; b < k / 256; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *blk = row + (size_t)b * bs;
         const int16_t *s16 = a->sum16 + b * 16;
         lm_prefetch_ahead(blk, bs, 1, a->ahead);
@@ -458,7 +458,20 @@ AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, i
         acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
         mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
     }
+}
+
+AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+{
+    float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
+    k_blocks_avx2(t, row, bs, 0, k / 256, a, acc, mins);
     return lm_k_total(acc, mins);
+}
+
+/* Super-blocks b0..b1-1 of a K-quant row as stored, into the lanes acc and mins (b % LM_K_LANES). */
+AVX2 void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                           float *mins)
+{
+    k_blocks_avx2(t, row, lm_type_size(t), b0, b1, a, acc, mins);
 }
 
 ROWS_AVX2(rows_q4_k_avx2, row_k_avx2, LM_Q4_K, 144)
@@ -501,6 +514,11 @@ int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t
 {
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
     return 0;
+}
+void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                      float *mins)
+{
+    (void)t, (void)row, (void)b0, (void)b1, (void)a, (void)acc, (void)mins;
 }
 
 #endif

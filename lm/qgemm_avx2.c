@@ -206,19 +206,53 @@ AVX2 static INLINE void unpack_k4_codes(uint8_t *dst, int five, const uint8_t *b
 }
 
 /*
- * Q4_K, Q5_K, Q6_K: codes, the scale of each group (Q6_K: 16 codes, the
- * others 32), the factors of the 16-code sums (Q6_K: its scales, for the
- * code offset 32; the others: each 32-code group's min, twice) and d, m.
- * Each row's values are made as a row of lanes and then turned, like the codes.
+ * The same from rows in the Q4_K lanes layout (repack.c): super-block b of
+ * a step (its header at 16b) has its codes in the 16 bytes at 16b of each
+ * of the step's 8 chunks, dword g of chunk c holding codes 4c..4c+3 of
+ * group g (low nibbles) and g + 4 (high), so one transpose a chunk puts
+ * them in the steps 8g + c and 8(g + 4) + c.
  */
-AVX2 static INLINE void unpack_k(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
+AVX2 static INLINE void unpack_k4_lanes_codes(uint8_t *dst, const uint8_t *step, int b, size_t rb)
 {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const uint8_t *p[8];
+        __m256i q[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            p[r] = step + r * rb + 64 + 64 * c + 16 * b;
+        transpose8x4(p, q);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            _mm256_storeu_si256((__m256i *)(dst + 32 * (8 * g + c)), _mm256_and_si256(q[g], m4));
+            _mm256_storeu_si256((__m256i *)(dst + 32 * (8 * (g + 4) + c)),
+                                _mm256_and_si256(_mm256_srli_epi16(q[g], 4), m4));
+        }
+    }
+}
+
+/*
+ * Q4_K, Q5_K, Q6_K (or LM_Q4_K_LANES: Q4_K in its lanes layout): codes,
+ * the scale of each group (Q6_K: 16 codes, the others 32), the factors of
+ * the 16-code sums (Q6_K: its scales, for the code offset 32; the others:
+ * each 32-code group's min, twice) and d, m.  Each row's values are made
+ * as a row of lanes and then turned, like the codes.
+ */
+AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, size_t rb, int64_t k)
+{
+    const int lanes = tag == LM_Q4_K_LANES;
+    const uint32_t t = lanes ? LM_Q4_K : tag;
     const size_t bs = lm_type_size(t);
     const int six = t == LM_Q6_K, ng = six ? 16 : 8;
+    const int64_t whole = lanes ? k / 1024 * 4 : 0; /* super-blocks in the layout's steps */
     for (int64_t b = 0; b < k / 256; b++) {
         __m256i sc[2][8], pairs[8];
+        /* the super-block's header (d, dmin, scales) in each row, and its step */
+        const size_t head = b < whole ? LM_Q4_K_STEP_BYTES * (size_t)(b / 4) + 16 * (size_t)(b % 4) : (size_t)b * bs;
+        const uint8_t *step = row0 + LM_Q4_K_STEP_BYTES * (size_t)(b / 4);
         for (int r = 0; r < 8; r++) {
-            const uint8_t *blk = row0 + r * rb + b * bs;
+            const uint8_t *blk = row0 + r * rb + head;
             if (six) { /* 16 signed scales: as int16 they are the pairs; each twice, the groups' lanes */
                 __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
                 __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
@@ -237,7 +271,7 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t t, const uint8_t *row0, size
         for (int h = 0; h < ng / 8; h++)
             put_lanes8((uint8_t *)(w->sc + (b * ng + 8 * h) * 8), sc[h]);
         put_lanes8((uint8_t *)(w->pairs + b * 64), pairs);
-        const uint8_t *blk = row0 + b * bs;
+        const uint8_t *blk = row0 + head;
         _mm256_storeu_ps(w->d + b * 8, halves8(six ? blk + 208 : blk, rb));
         _mm256_storeu_ps(w->m + b * 8, six ? _mm256_setzero_ps() : halves8(blk + 2, rb));
         if (six) {
@@ -247,6 +281,8 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t t, const uint8_t *row0, size
                     v[r] = k_codes32(t, row0 + r * rb + b * bs, c);
                 put_lanes8(w->codes + (b * 64 + 8 * c) * 32, v);
             }
+        } else if (b < whole) {
+            unpack_k4_lanes_codes(w->codes + b * 64 * 32, step, (int)(b % 4), rb);
         } else {
             unpack_k4_codes(w->codes + b * 64 * 32, t == LM_Q5_K, row0 + b * bs, rb);
         }
@@ -440,15 +476,18 @@ AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_
     }
 }
 
-/* Unpacked eight rows of one type, then all nt tokens through them, four a tile (the type a constant inside). */
-#define TOKENS8(name, unpack, tile, ty)                                                                     \
+/*
+ * Unpacked eight rows of one type (tag: the type, or its lanes layout),
+ * then all nt tokens through them, four a tile (the type a constant inside).
+ */
+#define TOKENS8(name, unpack, tile, tag, ty)                                                                \
     AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t k,            \
                                                     const act_row *a, int nt, float *out, size_t ldo,     \
                                                     void *scratch)                                        \
     {                                                                                                     \
         rows8 w;                                                                                          \
         rows8_layout(&w, k, scratch);                                                                     \
-        unpack(&w, ty, row0, rb, k);                                                                      \
+        unpack(&w, tag, row0, rb, k);                                                                     \
         int i = 0;                                                                                        \
         for (; i + 4 <= nt; i += 4)                                                                       \
             tile(ty, &w, k, a + i, 4, out + i * ldo, ldo);                                                \
@@ -458,17 +497,19 @@ AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_
         case 1: tile(ty, &w, k, a + i, 1, out + i * ldo, ldo); break;                                     \
         }                                                                                                 \
     }
-TOKENS8(tokens_q4_0, unpack_b32, tile_b32, LM_Q4_0)
-TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0)
-TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0)
-TOKENS8(tokens_q4_k, unpack_k, tile_k, LM_Q4_K)
-TOKENS8(tokens_q5_k, unpack_k, tile_k, LM_Q5_K)
-TOKENS8(tokens_q6_k, unpack_k, tile_k, LM_Q6_K)
+TOKENS8(tokens_q4_0, unpack_b32, tile_b32, LM_Q4_0, LM_Q4_0)
+TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0, LM_Q5_0)
+TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0, LM_Q8_0)
+TOKENS8(tokens_q4_k, unpack_k, tile_k, LM_Q4_K, LM_Q4_K)
+TOKENS8(tokens_q4_k_lanes, unpack_k, tile_k, LM_Q4_K_LANES, LM_Q4_K)
+TOKENS8(tokens_q5_k, unpack_k, tile_k, LM_Q5_K, LM_Q5_K)
+TOKENS8(tokens_q6_k, unpack_k, tile_k, LM_Q6_K, LM_Q6_K)
 #undef TOKENS8
 
 /*
  * nt tokens (a[0..nt)) through the eight rows at row0 (rb bytes apart) of
- * a type lm_rows8_type takes: out[i * ldo + r] for token i and row r.
+ * a type lm_rows8_type takes (t; or LM_Q4_K_LANES, Q4_K rows in their lanes
+ * layout): out[i * ldo + r] for token i and row r.
  * scratch holds lm_rows8_bytes(k), 64-byte aligned.
  */
 AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
@@ -479,6 +520,7 @@ AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, c
     case LM_Q5_0: tokens_q5_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q8_0: tokens_q8_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K: tokens_q4_k(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q4_K_LANES: tokens_q4_k_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_K: tokens_q5_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q6_K: tokens_q6_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     }

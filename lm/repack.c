@@ -45,8 +45,9 @@
  * (k_to_lanes below has the places); a row's last k/256 mod 4 super-blocks
  * stay as they are.  Only where the kernels that read them run (AVX-512
  * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
- * their order, qrow_k.c).  On the Xeon with AMX (2026-11-25, two threads)
- * tinyllama Q4_K_M generates 40.1-40.9 -> 46.3-46.5 t/s, and pays for it
+ * their order, qrow_k.c; and Q4_K where AVX2 is the widest,
+ * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c).  On the
+ * Xeon with AMX (2026-11-25, two threads) tinyllama Q4_K_M generates 40.1-40.9 -> 46.3-46.5 t/s, and pays for it
  * in short prompts, where the few-token kernels here are slower than the
  * file's on that core: 6 tokens 125-131 -> 105-110 t/s, 14 tokens 168-176
  * -> 154, 512 level; qwen2.5-0.5b Q4_K_M (only ffn_down in the layout)
@@ -274,12 +275,19 @@ int lm_lanes_layout_native(void)
 #endif
 }
 
-/* Whether rearranged Q4_K and Q6_K rows are read natively: AVX-512 with VBMI and GFNI. */
-int lm_klanes_layout_native(void)
+/*
+ * Whether rearranged rows of type t (Q4_K or Q6_K) are read natively:
+ * both with AVX-512 VBMI and GFNI (qrow_klanes.c); Q4_K where AVX2 is the
+ * widest (qrow_klanes_avx2.c).
+ */
+int lm_klanes_layout_native(uint32_t t)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return !getenv("KVCHAT_ISA") && lm_cpu_gfni();
+    if (getenv("KVCHAT_ISA"))
+        return 0;
+    return lm_cpu_gfni() || (t == LM_Q4_K && lm_cpu_isa() == LM_ISA_AVX2);
 #else
+    (void)t;
     return 0;
 #endif
 }
@@ -291,7 +299,7 @@ int lm_klanes_layout_native(void)
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
-static int layout_for(const gguf_tensor *t, int q4_0, int k_native, int tied)
+static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int tied)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
@@ -302,8 +310,8 @@ static int layout_for(const gguf_tensor *t, int q4_0, int k_native, int tied)
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
-    const int k_quant = t->type == LM_Q4_K || t->type == LM_Q6_K;
-    if (k_native && k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
+    const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
+    if (k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
         return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;
@@ -351,14 +359,15 @@ static int keep_alone(const gguf_file *g, uint8_t *ok)
  */
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
-    const int q4_0 = lm_lanes_layout_native(), k_native = lm_klanes_layout_native();
+    const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
+    const int q6_k = lm_klanes_layout_native(LM_Q6_K);
     int tied = 1; /* no output matrix: the embeddings serve as one */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         tied = tied && strcmp(g->tensors[i].name, "output.weight") != 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         const int inside = t->offset <= size && t->nbytes <= size - t->offset;
-        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, k_native, tied) : LM_LAYOUT_FILE);
+        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, tied) : LM_LAYOUT_FILE);
     }
-    return q4_0 || k_native ? keep_alone(g, layout) : 0;
+    return q4_0 || q4_k || q6_k ? keep_alone(g, layout) : 0;
 }
