@@ -101,7 +101,21 @@ build/fuzz/%.o: %.c
 # clang's pointer-overflow check on the unrolled SIMD kernels takes minutes to
 # compile (230 s for attention_simd.c, 13 s without it); ASan still checks
 # every access they make, and the gcc sanitizer build keeps the check.
-$(patsubst %.c,build/fuzz/%.o,$(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c): FUZZ_EXTRA = -fno-sanitize=pointer-overflow
+FUZZ_SIMD = $(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c
+# The AVX-512 kernels with their unrolled copies for each head size, type and
+# token count: -O1 under the sanitizers took 60-320 s each on a Zen 1 (the
+# fuzz build was two thirds of what `make check` compiled), -O0 8-14 s.  The
+# fuzzers run them on a few tiny tensors, so their speed does not matter; the
+# kernels the script fuzzer runs for every token (F32 rows, attention) stay at -O1.
+FUZZ_O0 = lm/attention_simd.c lm/qrow_vbmi.c lm/qgemm.c lm/qgemm_amx.c lm/qrow_k.c lm/qrow_k_gfni.c \
+	lm/qrow_klanes.c
+# Comparisons in the math are loop bounds, not input bytes worth steering
+# the fuzzers by; tracing them was two thirds of the script fuzzer's time.
+FUZZ_MATH = $(wildcard lm/attention*.c lm/qdot*.c lm/qgemm*.c lm/qrow*.c) lm/qact_simd.c lm/quant.c \
+	lm/matmul.c lm/forward.c
+$(patsubst %.c,build/fuzz/%.o,$(FUZZ_MATH)): FUZZ_EXTRA += -fno-sanitize-coverage=trace-cmp
+$(patsubst %.c,build/fuzz/%.o,$(FUZZ_SIMD)): FUZZ_EXTRA += -fno-sanitize=pointer-overflow
+$(patsubst %.c,build/fuzz/%.o,$(FUZZ_O0)): FUZZ_EXTRA += -O0
 
 tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FOBJ)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) \
