@@ -247,6 +247,8 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
     }
     const int left = (int)(nb - b); /* the last 0-15 blocks: lanes 0.. of lo, then of hi */
     if (left > 0)
+        lm_prefetch_ahead(row + b * bs, (size_t)left * bs, 1, a->ahead);
+    if (left > 0)
         lo = stored8_avx2(t, row, bs, b, left < 8 ? left : 8, a, lo);
     if (left > 8)
         hi = stored8_avx2(t, row, bs, b + 8, left - 8, a, hi);
@@ -360,6 +362,8 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
         hi = b32_lanes8_avx2(t, row + (b + 8) * bs, a, b + 8, 8, hi);
     }
     const int left = (int)(nb - b);
+    if (left > 0) /* the row's last blocks: qwen2.5's rows of 896 columns are 16 + 12 */
+        lm_prefetch_ahead(row + b * bs, (size_t)left * bs, 1, a->ahead);
     if (left >= 8)
         lo = b32_lanes8_avx2(t, row + b * bs, a, b, 8, lo);
     if (left > 8)
