@@ -325,7 +325,7 @@ static int64_t rows8_times_tokens(float *out, const lm_tensor *w, int t0, int nt
     const int64_t k = w->ne[0], rows = w->ne[1];
     const size_t rb = lm_row_bytes(w->type, k);
     void *scratch = s->r8[omp_get_thread_num()];
-    const uint32_t tag = w->layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K_LANES : w->type;
+    const uint32_t tag = klanes_tag(w) ? klanes_tag(w) : w->type; /* (eights: the file's or Q4_K's lanes) */
 #pragma omp for schedule(guided) nowait
     for (int64_t c = 0; c < rows / 8; c++)
         lm_rows8_avx2(tag, (const uint8_t *)w->data + (size_t)c * 8 * rb, rb, k, acts + t0, nt,
@@ -558,7 +558,7 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
        grouped kernels decode a row once a block, so their blocks are longer */
     const int tiles = grouped && s->amx;
     const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) &&
-                       (!in_lanes(w) || w->layout == LM_LAYOUT_Q4_K_LANES);
+                       (!in_lanes(w) || lanes_native(w, s));
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */

@@ -246,10 +246,10 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
         hi = stored8_avx2(t, row, bs, b + 8, 8, a, hi);
     }
     const int left = (int)(nb - b); /* the last 0-15 blocks: lanes 0.. of lo, then of hi */
-    if (left > 0)
+    if (left > 0) {
         lm_prefetch_ahead(row + b * bs, (size_t)left * bs, 1, a->ahead);
-    if (left > 0)
         lo = stored8_avx2(t, row, bs, b, left < 8 ? left : 8, a, lo);
+    }
     if (left > 8)
         hi = stored8_avx2(t, row, bs, b + 8, left - 8, a, hi);
     return hsum16_avx2(lo, hi);

@@ -23,13 +23,20 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-/* The 16 bytes of each 128-bit lane's Q4_K header (d, dmin, scales) -> scales in bytes 0-7, mins in 8-15. */
+/* The same 16 bytes in both 128-bit halves (byte shuffles and masks work within each). */
+#define EACH_LANE(...) _mm256_broadcastsi128_si256(_mm_setr_epi8(__VA_ARGS__))
+
+/*
+ * The 16 bytes of each 128-bit lane's Q4_K header (d, dmin, scales) ->
+ * scales in bytes 0-7, mins in 8-15: simd.h's six_bit_scales in AVX2
+ * (a variable blend for its byte mask, and and-or for its ternary logic).
+ */
 AVX2 static INLINE __m256i six_bit_scales_avx2(__m256i x)
 {
-    const __m256i lo_src = _mm256_broadcastsi128_si256(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
-    const __m256i hi_src = _mm256_broadcastsi128_si256(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
-    const __m256i keep = _mm256_broadcastsi128_si256(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    const __m256i upper = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1));
+    const __m256i lo_src = EACH_LANE(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i hi_src = EACH_LANE(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11);
+    const __m256i keep = EACH_LANE(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m256i upper = EACH_LANE(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1);
     __m256i lo = _mm256_shuffle_epi8(x, lo_src), hi = _mm256_shuffle_epi8(x, hi_src);
     lo = _mm256_and_si256(_mm256_blendv_epi8(lo, _mm256_srli_epi16(lo, 4), upper), keep); /* mins 4-7: high nibbles */
     return _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(hi, 2), _mm256_set1_epi8(0x30)));
@@ -44,8 +51,7 @@ AVX2 static INLINE __m256i load_line(const uint8_t *p, size_t ahead)
 }
 
 /* The word pairs of each lane's group sums (A) times their scales or mins (f): one dword a lane. */
-#define LANE_SCALES(i0, i1, i2, i3) _mm256_broadcastsi128_si256(_mm_setr_epi8( \
-    i0, -1, i0, -1, i1, -1, i1, -1, i2, -1, i2, -1, i3, -1, i3, -1))
+#define LANE_SCALES(i0, i1, i2, i3) EACH_LANE(i0, -1, i0, -1, i1, -1, i1, -1, i2, -1, i2, -1, i3, -1, i3, -1)
 
 /*
  * Step s of a rearranged Q4_K row for one token into acc: lanes 2b and
@@ -65,9 +71,10 @@ AVX2 static INLINE __m256 q4_k_step_avx2(const uint8_t *st, const act_row *a, in
         for (int h = 0; h < 2; h++) {
             const __m256i lo = _mm256_and_si256(w[h], m4), hi = _mm256_and_si256(_mm256_srli_epi16(w[h], 4), m4);
             const int8_t *qc = q + 128 * c + 32 * h;
-            A[2 * h] = _mm256_add_epi16(A[2 * h], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)qc)));
-            A[2 * h + 1] =
-                _mm256_add_epi16(A[2 * h + 1], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qc + 64))));
+            const __m256i qlo = _mm256_loadu_si256((const __m256i *)qc);
+            const __m256i qhi = _mm256_loadu_si256((const __m256i *)(qc + 64));
+            A[2 * h] = _mm256_add_epi16(A[2 * h], _mm256_maddubs_epi16(lo, qlo));
+            A[2 * h + 1] = _mm256_add_epi16(A[2 * h + 1], _mm256_maddubs_epi16(hi, qhi));
         }
     }
     __m256i T[2], M[2];
@@ -76,8 +83,8 @@ AVX2 static INLINE __m256 q4_k_step_avx2(const uint8_t *st, const act_row *a, in
         const __m256i s8 = six_bit_scales_avx2(hd[h]);
         T[h] = _mm256_add_epi32(_mm256_madd_epi16(A[2 * h], _mm256_shuffle_epi8(s8, LANE_SCALES(0, 1, 2, 3))),
                                 _mm256_madd_epi16(A[2 * h + 1], _mm256_shuffle_epi8(s8, LANE_SCALES(4, 5, 6, 7))));
-        const __m256i mw = _mm256_shuffle_epi8(
-            s8, _mm256_broadcastsi128_si256(_mm_setr_epi8(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1)));
+        const __m256i mins = EACH_LANE(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1);
+        const __m256i mw = _mm256_shuffle_epi8(s8, mins);
         M[h] = _mm256_madd_epi16(mw, _mm256_loadu_si256((const __m256i *)(a->ncw + 16 * s + 8 * h)));
     }
     /* per 128-bit lane b: its sums then its mins, added in pairs twice; then in super-block order */
@@ -93,6 +100,7 @@ AVX2 static INLINE __m256 q4_k_step_avx2(const uint8_t *st, const act_row *a, in
     return _mm256_blend_ps(_mm256_fmadd_ps(p, f, acc), _mm256_add_ps(acc, _mm256_mul_ps(p, f)), 0xaa);
 }
 #undef LANE_SCALES
+#undef EACH_LANE
 
 /* One token through a rearranged Q4_K row: its whole steps, then the super-blocks left as the file has them. */
 AVX2 static INLINE float row_q4_k_lanes(const uint8_t *row, int64_t k, const act_row *a)

@@ -47,11 +47,12 @@
  * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
  * their order, qrow_k.c; and Q4_K where AVX2 is the widest,
  * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c).  On the
- * Xeon with AMX (2026-11-25, two threads) tinyllama Q4_K_M generates 40.1-40.9 -> 46.3-46.5 t/s, and pays for it
- * in short prompts, where the few-token kernels here are slower than the
- * file's on that core: 6 tokens 125-131 -> 105-110 t/s, 14 tokens 168-176
- * -> 154, 512 level; qwen2.5-0.5b Q4_K_M (only ffn_down in the layout)
- * generates level, 14 tokens 8% and 512 3% slower.
+ * Xeon with AMX (2026-11-25, two threads) tinyllama Q4_K_M generates
+ * 40.1-40.9 -> 46.3-46.5 t/s, and pays for it in short prompts, where the
+ * few-token kernels here are slower than the file's on that core: 6
+ * tokens 125-131 -> 105-110 t/s, 14 tokens 168-176 -> 154, 512 level;
+ * qwen2.5-0.5b Q4_K_M (only ffn_down in the layout) generates level, 14
+ * tokens 8% and 512 3% slower.
  */
 #include "internal.h"
 
