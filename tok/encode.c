@@ -32,6 +32,7 @@ int tok_out_push(tok_out *o, int32_t id)
 typedef struct sym {
     size_t start, n;
     int prev, next;
+    int32_t id;       /* BPE: the token its text is, or -1 */
 } sym;
 
 typedef struct pair {
@@ -105,12 +106,14 @@ static int split_chars(merger *m, size_t len)
     if (!m->s)
         return -1;
     m->n = 0;
+    const int bpe = m->v->kind == TOK_BPE;
     for (size_t off = 0; off < len;) {
         uint8_t c = (uint8_t)m->text[off];
         size_t cl = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
         if (cl > len - off)
             cl = len - off;
-        m->s[m->n] = (sym){off, cl, m->n - 1, off + cl == len ? -1 : m->n + 1};
+        int32_t id = bpe ? tok_lookup(m->v, m->text + off, cl) : -1;
+        m->s[m->n] = (sym){off, cl, m->n - 1, off + cl == len ? -1 : m->n + 1, id};
         m->n++;
         off += cl;
     }
@@ -129,7 +132,7 @@ static int try_pair(merger *m, int left, int right)
             return 0;
         p.score = m->v->tok[id].score;
     } else {
-        int32_t r = tok_merge_rank(m->v, m->text + a->start, a->n, m->text + b->start, b->n);
+        int32_t r = tok_merge_rank(m->v, a->id, b->id);
         if (r < 0)
             return 0;
         p.score = -(float)r;
@@ -149,6 +152,8 @@ static int run_merges(merger *m)
             continue; /* stale: one side was merged since */
         a->n += b->n;
         b->n = 0;
+        if (m->v->kind == TOK_BPE)
+            a->id = tok_lookup(m->v, m->text + a->start, a->n);
         a->next = b->next;
         if (b->next >= 0)
             m->s[b->next].prev = p.left;
@@ -165,7 +170,7 @@ static int emit(merger *m, tok_out *o)
         const sym *s = &m->s[i];
         if (s->n == 0)
             continue;
-        int32_t id = tok_lookup(m->v, m->text + s->start, s->n);
+        int32_t id = m->v->kind == TOK_BPE ? s->id : tok_lookup(m->v, m->text + s->start, s->n);
         if (id >= 0) {
             if (tok_out_push(o, id))
                 return -1;

@@ -15,11 +15,12 @@ typedef struct tok_entry {
     float score;
 } tok_entry;
 
-typedef struct merge_entry {
-    const char *a, *b;
-    uint32_t la, lb;
+/* A merge by the ids of its two sides: every side is a token (tok_load
+   checks), so a pair of symbols that are not both tokens has no rank. */
+typedef struct merge_slot {
+    int32_t a, b;
     int32_t rank;         /* -1: empty slot */
-} merge_entry;
+} merge_slot;
 
 typedef struct pretok {
     const char *name;
@@ -33,7 +34,7 @@ struct tok_vocab {
     tok_entry *tok;
     int32_t *slots;            /* open-addressed text -> id, -1 empty */
     uint32_t n_slots;
-    merge_entry *merges;       /* open-addressed (a, b) -> rank */
+    merge_slot *merges;        /* open-addressed (id a, id b) -> rank */
     uint32_t n_merge_slots;
     int32_t bos, eos, eot, eom, unk;
     int add_bos, add_eos, add_space_prefix, ignore_merges;
@@ -49,7 +50,7 @@ struct tok_vocab {
 
 uint32_t tok_hash(const char *s, size_t len, uint32_t seed);
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len);
-int32_t tok_merge_rank(const tok_vocab *v, const char *a, size_t la, const char *b, size_t lb);
+int32_t tok_merge_rank(const tok_vocab *v, int32_t a, int32_t b);
 
 /* GPT-2 byte <-> unicode mapping. */
 size_t tok_byte_to_utf8(uint8_t byte, char out[4]);

@@ -40,32 +40,40 @@ int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
     return tok_lookup(v, text, len);
 }
 
-int32_t tok_merge_rank(const tok_vocab *v, const char *a, size_t la, const char *b, size_t lb)
+/* The pair's 64 bits, mixed (a multiply spreads them into the high half). */
+static uint32_t pair_hash(int32_t a, int32_t b)
 {
-    if (!v->n_merge_slots)
+    uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    k = (k ^ (k >> 31)) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(k >> 32);
+}
+
+int32_t tok_merge_rank(const tok_vocab *v, int32_t a, int32_t b)
+{
+    if (!v->n_merge_slots || a < 0 || b < 0)
         return -1;
     uint32_t mask = v->n_merge_slots - 1;
-    uint32_t h = tok_hash(b, lb, tok_hash(a, la, 0));
-    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
-        const merge_entry *m = &v->merges[i];
+    for (uint32_t i = pair_hash(a, b) & mask;; i = (i + 1) & mask) {
+        const merge_slot *m = &v->merges[i];
         if (m->rank < 0)
             return -1;
-        if (m->la == la && m->lb == lb && !memcmp(m->a, a, la) && !memcmp(m->b, b, lb))
+        if (m->a == a && m->b == b)
             return m->rank;
     }
 }
 
-static uint32_t pow2_above(uint64_t n)
+/* A power of two of at least 16 slots and at least n * num / den. */
+static uint32_t slots_for(uint64_t n, uint64_t num, uint64_t den)
 {
     uint32_t s = 16;
-    while (s < 2 * n)
+    while ((uint64_t)s * den < n * num)
         s <<= 1;
     return s;
 }
 
 static int build_index(tok_vocab *v, const char *path, lm_err *e)
 {
-    v->n_slots = pow2_above((uint64_t)v->n);
+    v->n_slots = slots_for((uint64_t)v->n, 2, 1);
     v->slots = malloc(v->n_slots * sizeof *v->slots);
     if (!v->slots) {
         lm_seterr(e, "%s: out of memory for the vocabulary", path);
@@ -89,6 +97,16 @@ static int build_index(tok_vocab *v, const char *path, lm_err *e)
     return 0;
 }
 
+/* The first rank of a pair wins, as with llama.cpp's emplace. */
+static void add_merge(tok_vocab *v, int32_t a, int32_t b, int32_t rank)
+{
+    uint32_t mask = v->n_merge_slots - 1, i = pair_hash(a, b) & mask;
+    for (; v->merges[i].rank >= 0; i = (i + 1) & mask)
+        if (v->merges[i].a == a && v->merges[i].b == b)
+            return;
+    v->merges[i] = (merge_slot){a, b, rank};
+}
+
 static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
 {
     const gguf_kv *kv = gguf_find(g, "tokenizer.ggml.merges");
@@ -100,7 +118,8 @@ static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
         lm_seterr(e, "%s: tokenizer.ggml.merges is not an array of strings", g->path);
         return -1;
     }
-    v->n_merge_slots = pow2_above(kv->arr_n);
+    /* at most 2/3 full: 12-byte slots, 6 MB for Llama 3's 280k merges */
+    v->n_merge_slots = slots_for(kv->arr_n, 3, 2);
     v->merges = malloc(v->n_merge_slots * sizeof *v->merges);
     if (!v->merges) {
         lm_seterr(e, "%s: out of memory for merges", g->path);
@@ -108,31 +127,20 @@ static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
     }
     for (uint32_t i = 0; i < v->n_merge_slots; i++)
         v->merges[i].rank = -1;
-    uint32_t mask = v->n_merge_slots - 1;
     for (uint64_t r = 0; r < kv->arr_n; r++) {
         size_t len;
         const char *s = gguf_arr_str(kv, r, &len);
         const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-        merge_entry m = {s, "", 0, 0, (int32_t)r};
-        if (sp) { /* llama.cpp keeps a merge without a space as ("", "") */
-            m.la = (uint32_t)(sp - s);
-            m.b = sp + 1;
-            m.lb = (uint32_t)(len - m.la - 1);
-        }
-        if (sp && (tok_lookup(v, m.a, m.la) < 0 || tok_lookup(v, m.b, m.lb) < 0)) {
+        if (!sp) /* llama.cpp keeps it as ("", ""): a pair no two symbols make */
+            continue;
+        const size_t la = (size_t)(sp - s);
+        int32_t a = tok_lookup(v, s, la), b = tok_lookup(v, sp + 1, len - la - 1);
+        if (a < 0 || b < 0) {
             lm_seterr(e, "%s: merge %llu ('%.*s') names a token that is not in the vocabulary", g->path,
                       (unsigned long long)r, (int)(len > 40 ? 40 : len), s);
             return -1;
         }
-        uint32_t i = tok_hash(m.b, m.lb, tok_hash(m.a, m.la, 0)) & mask;
-        int dup = 0;
-        for (; v->merges[i].rank >= 0 && !dup; i = (i + 1) & mask) {
-            const merge_entry *o = &v->merges[i];
-            dup = o->la == m.la && o->lb == m.lb && !memcmp(o->a, m.a, m.la) &&
-                  !memcmp(o->b, m.b, m.lb);
-        }
-        if (!dup) /* the first rank of a pair wins, as with emplace */
-            v->merges[i] = m;
+        add_merge(v, a, b, (int32_t)r);
     }
     return 0;
 }
@@ -256,15 +264,22 @@ static int load_specials(tok_vocab *v, const gguf_file *g, lm_err *e)
     return 0;
 }
 
-/* Token texts that end a generation (llama.cpp's list). */
+/* Token texts that end a generation (llama.cpp's list); every token is
+   asked, so the lengths are constants, not strlen calls. */
 static int eog_text(const char *s, size_t len)
 {
-    static const char *const names[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-        "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+#define NAME(str) {str, sizeof str - 1}
+    static const struct {
+        const char *s;
+        size_t len;
+    } names[] = {
+        NAME("<|eot_id|>"), NAME("<|im_end|>"),    NAME("<|end|>"),           NAME("<end_of_turn>"),
+        NAME("<|endoftext|>"), NAME("<|eom_id|>"), NAME("<EOT>"),             NAME("_<EOT>"),
+        NAME("<|end_of_text|>"), NAME("<end_of_utterance>"), NAME("<|return|>"), NAME("<|call|>"),
     };
+#undef NAME
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strlen(names[i]) == len && !memcmp(names[i], s, len))
+        if (names[i].len == len && !memcmp(names[i].s, s, len))
             return 1;
     return 0;
 }
