@@ -522,16 +522,33 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
     values_out(qs, n, acc, inv, 0, nv);
 }
 
-/* attend_group with the cache type made a constant too. */
-INLINE_AVX512 void attend_sized(const lm_attq *qs, int n, const void *k0, const void *v0, int nq,
-                                int nv, float scale, float cap, float *scores, size_t sstride,
-                                float *acc, int f16)
-{
-    if (f16)
-        attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 1);
-    else
-        attend_group(qs, n, k0, v0, nq, nv, scale, cap, scores, sstride, acc, 0);
-}
+/*
+ * Out-of-line copies of the kernels, each with its sizes and cache type as
+ * constants: one for each usual head size (and one for any other), so that
+ * no function holds them all.  Inlined into one, they made 220 KB of code
+ * whose register liveness took GCC most of a minute (the file 55-70 s at
+ * -O2, 81 s under the sanitizers, the longest step of the build).
+ */
+#define OUT_OF_LINE AVX512 static __attribute__((noinline))
+
+#define ATTEND_COPY(name, NQ, NV, F16)                                                                       \
+    OUT_OF_LINE void name(const lm_attq *qs, int n, const void *k0, const void *v0, int nq, int nv,          \
+                          float scale, float cap, float *scores, size_t sstride, float *acc)                 \
+    {                                                                                                        \
+        (void)nq, (void)nv;                                                                                  \
+        attend_group(qs, n, k0, v0, NQ, NV, scale, cap, scores, sstride, acc, F16);                          \
+    }
+ATTEND_COPY(attend_64_f32, 4, 4, 0)
+ATTEND_COPY(attend_64_f16, 4, 4, 1)
+ATTEND_COPY(attend_128_f32, 8, 8, 0)
+ATTEND_COPY(attend_128_f16, 8, 8, 1)
+ATTEND_COPY(attend_256_f32, 16, 16, 0)
+ATTEND_COPY(attend_256_f16, 16, 16, 1)
+ATTEND_COPY(attend_any_f32, nq, nv, 0)
+ATTEND_COPY(attend_any_f16, nq, nv, 1)
+
+typedef void attend_fn(const lm_attq *qs, int n, const void *k0, const void *v0, int nq, int nv, float scale,
+                       float cap, float *scores, size_t sstride, float *acc);
 
 /*
  * A head split among threads (lm_attend_split in attention.c): the steps of
@@ -550,6 +567,30 @@ static void part_range(int from, int to, int step, int part, int parts, int *a, 
     *b = *a + per < to ? *a + per : to;
 }
 
+/* The two phases' copies: scores for head sizes 64, 128 or any; values for 1, 2, 4 or any vectors. */
+#define SCORES_COPY(name, NQ)                                                                                \
+    OUT_OF_LINE void name(const lm_attq *qs, int n, const void *k0, int from, int to, int kb, int nq, int nv, \
+                          float scale, float *scores, size_t sstride, __m512 *mx, int f16)                   \
+    {                                                                                                        \
+        (void)nq;                                                                                            \
+        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, NQ, nv, scale, scores, sstride, mx, f16);             \
+    }
+SCORES_COPY(scores_64, 4)
+SCORES_COPY(scores_128, 8)
+SCORES_COPY(scores_any, nq)
+
+#define VALUES_COPY(name, M)                                                                                 \
+    OUT_OF_LINE void name(const lm_attq *qs, int n, const void *vu, size_t vstride, int first, int hi, int kb, \
+                          int m, const float *w, size_t wstride, float *acc, int f16)                        \
+    {                                                                                                        \
+        (void)m;                                                                                             \
+        values_span(qs, n, vu, vstride, first, hi, kb, M, w, wstride, acc, f16);                             \
+    }
+VALUES_COPY(values_1, 1)
+VALUES_COPY(values_2, 2)
+VALUES_COPY(values_4, 4)
+VALUES_COPY(values_any, m)
+
 AVX512 int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
                                    int part, int parts, float *scores, size_t sstride, float *vmx, int f16)
 {
@@ -562,11 +603,11 @@ AVX512 int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int
     for (int a = 0; a < n; a++)
         mx[a] = _mm512_set1_ps(-__builtin_inff());
     if (nq == 4)
-        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, 4, nv, scale, scores, sstride, mx, f16);
+        scores_64(qs, n, k0, from, to, kb, nq, nv, scale, scores, sstride, mx, f16);
     else if (nq == 8)
-        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, 8, nv, scale, scores, sstride, mx, f16);
+        scores_128(qs, n, k0, from, to, kb, nq, nv, scale, scores, sstride, mx, f16);
     else
-        scores_span(qs, n, k0, k0, from, to, 0, 0, kb, nq, nv, scale, scores, sstride, mx, f16);
+        scores_any(qs, n, k0, from, to, kb, nq, nv, scale, scores, sstride, mx, f16);
     for (int a = 0; a < n; a++)
         _mm512_storeu_ps(vmx + 16 * a, mx[a]);
     return 1;
@@ -598,13 +639,13 @@ AVX512 int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int
     const size_t vstride = 16 * (size_t)nv;
     const int m = u1 - u0;
     if (m == 1)
-        values_span(qs, n, vu, vstride, first, hi, kb, 1, w, wstride, acc, f16);
+        values_1(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
     else if (m == 2)
-        values_span(qs, n, vu, vstride, first, hi, kb, 2, w, wstride, acc, f16);
+        values_2(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
     else if (m == 4)
-        values_span(qs, n, vu, vstride, first, hi, kb, 4, w, wstride, acc, f16);
+        values_4(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
     else
-        values_span(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
+        values_any(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
     values_out(qs, n, acc, inv, u0, m);
     return 1;
 }
@@ -624,14 +665,14 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, cons
 {
     if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
         return 0;
-    if (hd == 64 && hdv == 64)
-        attend_sized(qs, n, k0, v0, 4, 4, scale, cap, scores, sstride, acc, f16);
-    else if (hd == 128 && hdv == 128)
-        attend_sized(qs, n, k0, v0, 8, 8, scale, cap, scores, sstride, acc, f16);
-    else if (hd == 256 && hdv == 256)
-        attend_sized(qs, n, k0, v0, 16, 16, scale, cap, scores, sstride, acc, f16);
-    else
-        attend_sized(qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc, f16);
+    attend_fn *const copies[4][2] = {
+        {attend_64_f32, attend_64_f16},
+        {attend_128_f32, attend_128_f16},
+        {attend_256_f32, attend_256_f16},
+        {attend_any_f32, attend_any_f16},
+    };
+    const int size = hd != hdv ? 3 : hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : 3;
+    copies[size][f16 != 0](qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc);
     return 1;
 }
 
