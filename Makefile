@@ -46,7 +46,7 @@ NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/q
 	lm/qdot_avx2.c lm/qact_simd.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c \
 	lm/model.c lm/gguf.c lm/weights_copy.c lm/repack.c
 
-.PHONY: all check check-asan check-aarch64 run bench install clean portable deps fuzz
+.PHONY: all check check-asan check-aarch64 check-a64-kernels check-a64-logits check-fuzz run bench install clean portable deps fuzz
 
 all: kvchat
 
@@ -66,9 +66,11 @@ build/portable/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# -g1: line tables, all a sanitizer's report needs; full -g tracked every
+# variable's location through the unrolled kernels, a third of the build's time.
 build/asan/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE) -O1 -g $(SAN) -MMD -MP -c -o $@ $<
+	$(CC) $(BASE) -O1 -g1 $(SAN) -MMD -MP -c -o $@ $<
 
 kvchat-asan: $(AOBJ) build/asan/main.o
 	$(CC) $(SAN) -o $@ $^ $(LIBS)
@@ -159,9 +161,15 @@ A64_V80_SAME = $(wildcard $(SHARED)/reference/llama-t512-Q4_0 $(SHARED)/referenc
 	$(SHARED)/reference/llama-t512-Q6_K $(SHARED)/reference/qwen2-t512-Q4_K_M)
 
 CHECK_A64_BUILDS = build/aarch64/neon_kernels build/aarch64/kvchat-logits
-check-aarch64: deps $(CHECK_A64_BUILDS)
+check-aarch64: check-a64-kernels check-a64-logits
+
+# the kernel tests with SDOT and without (ARMv8.0)
+check-a64-kernels: deps build/aarch64/neon_kernels
 	$(A64_RUN) build/aarch64/neon_kernels
 	$(A64_RUN_V80) build/aarch64/neon_kernels
+
+# whole models: without SDOT the same bytes as with it, and parity.py's verdict
+check-a64-logits: deps build/aarch64/kvchat-logits
 	@for d in $(A64_V80_SAME); do \
 	  $(A64_RUN) build/aarch64/kvchat-logits logits -m $$d/model.gguf --ids-file $$d/C.tokens.txt \
 	    -o build/aarch64/sdot.logits && \
@@ -179,12 +187,17 @@ check-aarch64: deps $(CHECK_A64_BUILDS)
 # reference judges of $(SHARED)/tools (parity.py, tokcheck.py).
 CHECK_FUZZ_TIME ?= 10
 
+# The aarch64 halves and the fuzz run are one process at a time each (qemu,
+# libFuzzer): check runs them side by side, each one's output shown whole
+# when it ends (--output-sync).
+check-fuzz: deps
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME) FUZZ_OUT=build/fuzz-corpus
+
 check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
 	$(MAKE) -j$(NPROC) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan \
 	  $(CHECK_A64_BUILDS) $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
-	$(MAKE) --no-print-directory check-aarch64
-	$(MAKE) --no-print-directory fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME) FUZZ_OUT=build/fuzz-corpus
+	$(MAKE) -j$(NPROC) --output-sync=target --no-print-directory check-a64-kernels check-a64-logits check-fuzz
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan
 	KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat ./tests/run_tests
