@@ -23,16 +23,22 @@ uint32_t tok_hash(const char *s, size_t len, uint32_t seed)
     return h;
 }
 
-int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len)
+/* tok_lookup with the text's hash already known */
+static int32_t lookup_hashed(const tok_vocab *v, const char *s, size_t len, uint32_t h)
 {
     uint32_t mask = v->n_slots - 1;
-    for (uint32_t i = tok_hash(s, len, 0) & mask;; i = (i + 1) & mask) {
+    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
         int32_t id = v->slots[i];
         if (id < 0)
             return -1;
         if (v->tok[id].len == len && !memcmp(v->tok[id].text, s, len))
             return id;
     }
+}
+
+int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len)
+{
+    return lookup_hashed(v, s, len, tok_hash(s, len, 0));
 }
 
 int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
@@ -107,6 +113,55 @@ static void add_merge(tok_vocab *v, int32_t a, int32_t b, int32_t rank)
     v->merges[i] = (merge_slot){a, b, rank};
 }
 
+/*
+ * Loading merges is three cache misses deep for each side (the hash slot,
+ * the token's entry, its text) and one more for the rank's slot, and there
+ * are 151k-280k merges.  So each goes through a pipeline: its sides are
+ * hashed and their slots asked for, SLOTS_AHEAD merges later looked up
+ * (their rank's slot asked for), and SLOTS_AHEAD after that added; in rank
+ * order still, so the first rank of a pair still wins.
+ */
+#define SLOTS_AHEAD 8
+#define MERGE_RING 32 /* > 2 * SLOTS_AHEAD */
+
+typedef struct merge_step {
+    const char *a, *b;
+    size_t la, lb;
+    uint32_t ha, hb;  /* the sides' text hashes */
+    int32_t ia, ib;   /* their ids, once looked up */
+    int64_t r;        /* the rank; -1: a merge without a space */
+} merge_step;
+
+/* Merge r split at its space and its sides hashed, their slots asked for. */
+static void merge_parse(const tok_vocab *v, const gguf_kv *kv, uint64_t r, merge_step *m)
+{
+    size_t len;
+    const char *s = gguf_arr_str(kv, r, &len);
+    const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+    m->r = -1;
+    if (!sp) /* llama.cpp keeps it as ("", ""): a pair no two symbols make */
+        return;
+    m->r = (int64_t)r;
+    m->a = s, m->la = (size_t)(sp - s);
+    m->b = sp + 1, m->lb = len - m->la - 1;
+    m->ha = tok_hash(m->a, m->la, 0), m->hb = tok_hash(m->b, m->lb, 0);
+    __builtin_prefetch(&v->slots[m->ha & (v->n_slots - 1)]);
+    __builtin_prefetch(&v->slots[m->hb & (v->n_slots - 1)]);
+}
+
+/* The ids of a parsed merge's sides, its rank's slot asked for; -1 when a side is not a token. */
+static int merge_ids(const tok_vocab *v, merge_step *m)
+{
+    if (m->r < 0)
+        return 0;
+    m->ia = lookup_hashed(v, m->a, m->la, m->ha);
+    m->ib = lookup_hashed(v, m->b, m->lb, m->hb);
+    if (m->ia < 0 || m->ib < 0)
+        return -1;
+    __builtin_prefetch(&v->merges[pair_hash(m->ia, m->ib) & (v->n_merge_slots - 1)]);
+    return 0;
+}
+
 static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
 {
     const gguf_kv *kv = gguf_find(g, "tokenizer.ggml.merges");
@@ -127,20 +182,23 @@ static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
     }
     for (uint32_t i = 0; i < v->n_merge_slots; i++)
         v->merges[i].rank = -1;
-    for (uint64_t r = 0; r < kv->arr_n; r++) {
-        size_t len;
-        const char *s = gguf_arr_str(kv, r, &len);
-        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-        if (!sp) /* llama.cpp keeps it as ("", ""): a pair no two symbols make */
-            continue;
-        const size_t la = (size_t)(sp - s);
-        int32_t a = tok_lookup(v, s, la), b = tok_lookup(v, sp + 1, len - la - 1);
-        if (a < 0 || b < 0) {
+    merge_step ring[MERGE_RING];
+    const uint64_t n = kv->arr_n;
+    for (uint64_t r = 0; r < n + 2 * SLOTS_AHEAD; r++) {
+        if (r < n)
+            merge_parse(v, kv, r, &ring[r % MERGE_RING]);
+        if (r >= SLOTS_AHEAD && r - SLOTS_AHEAD < n && merge_ids(v, &ring[(r - SLOTS_AHEAD) % MERGE_RING])) {
+            const merge_step *m = &ring[(r - SLOTS_AHEAD) % MERGE_RING];
+            const size_t len = m->la + 1 + m->lb;
             lm_seterr(e, "%s: merge %llu ('%.*s') names a token that is not in the vocabulary", g->path,
-                      (unsigned long long)r, (int)(len > 40 ? 40 : len), s);
+                      (unsigned long long)m->r, (int)(len > 40 ? 40 : len), m->a);
             return -1;
         }
-        add_merge(v, a, b, (int32_t)r);
+        if (r >= 2 * SLOTS_AHEAD) {
+            const merge_step *m = &ring[(r - 2 * SLOTS_AHEAD) % MERGE_RING];
+            if (m->r >= 0)
+                add_merge(v, m->ia, m->ib, (int32_t)m->r);
+        }
     }
     return 0;
 }
