@@ -47,6 +47,10 @@ static size_t piece_of(const tok_vocab *v, int32_t id, char *out)
         return n;
     }
     for (size_t i = 0; i < t->len;) {
+        if ((uint8_t)t->text[i] < 0x80) { /* ASCII comes out as itself: its own byte, or kept as UTF-8 */
+            out[n++] = t->text[i++];
+            continue;
+        }
         size_t at = i;
         int b = tok_cpt_to_byte(tok_utf8_next(t->text, t->len, &i));
         if (b >= 0) {
