@@ -18,71 +18,60 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-/* lm_expf on 8 lanes: the same operations in the same order. */
-AVX2 static inline __m256 exp8_avx2(__m256 x)
-{
-    __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(EXP_LOG2E), _mm256_set1_ps(EXP_SHIFT));
-    __m256 n = _mm256_sub_ps(z, _mm256_set1_ps(EXP_SHIFT));
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_HI), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_LO), r);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_C6), r, _mm256_set1_ps(EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i sb = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(z), 23), _mm256_set1_epi32(0x3f800000));
-    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(sb));
-    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ));
-    return _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
-}
-
 /*
- * exp8_avx2 on four vectors, each step on all four before the next: the
- * same operations on each lane.  One at a time, a vector's chain of
- * dependent multiply-adds filled the scheduler while the next vector's
- * independent steps waited behind it.
+ * lm_expf on the 8 lanes of each of n <= 4 vectors (n a constant where
+ * inlined): the same operations in the same order.  Each step runs on all
+ * n before the next: one vector at a time, its chain of dependent
+ * multiply-adds filled the scheduler while the next vector's independent
+ * steps waited behind it.
  */
-AVX2 static INLINE void exp8x4_avx2(__m256 x[4])
+AVX2 static INLINE void exp8n_avx2(__m256 x[], const int n)
 {
-    __m256 z[4], n[4], r[4], p[4];
+    __m256 z[4], m[4], r[4], p[4];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         z[k] = _mm256_fmadd_ps(x[k], _mm256_set1_ps(EXP_LOG2E), _mm256_set1_ps(EXP_SHIFT));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        n[k] = _mm256_sub_ps(z[k], _mm256_set1_ps(EXP_SHIFT));
+    for (int k = 0; k < n; k++)
+        m[k] = _mm256_sub_ps(z[k], _mm256_set1_ps(EXP_SHIFT));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        r[k] = _mm256_fmadd_ps(n[k], _mm256_set1_ps(-EXP_LN2_HI), x[k]);
+    for (int k = 0; k < n; k++)
+        r[k] = _mm256_fmadd_ps(m[k], _mm256_set1_ps(-EXP_LN2_HI), x[k]);
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        r[k] = _mm256_fmadd_ps(n[k], _mm256_set1_ps(-EXP_LN2_LO), r[k]);
+    for (int k = 0; k < n; k++)
+        r[k] = _mm256_fmadd_ps(m[k], _mm256_set1_ps(-EXP_LN2_LO), r[k]);
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(_mm256_set1_ps(EXP_C6), r[k], _mm256_set1_ps(EXP_C5));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(EXP_C4));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(EXP_C3));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(EXP_C2));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < n; k++) {
         __m256i sb = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(z[k]), 23), _mm256_set1_epi32(0x3f800000));
         __m256 e = _mm256_mul_ps(p[k], _mm256_castsi256_ps(sb));
         e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ));
         x[k] = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
     }
+}
+
+/* lm_expf on 8 lanes. */
+AVX2 static INLINE __m256 exp8_avx2(__m256 x)
+{
+    exp8n_avx2(&x, 1);
+    return x;
 }
 
 /* lm_sumsq, 16 elements a step: its partial sums are the lanes of four vectors of doubles. */
@@ -125,7 +114,7 @@ AVX2 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             e[k] = _mm256_sub_ps(_mm256_loadu_ps(scores + j + 8 * k), _mm256_set1_ps(mx));
-        exp8x4_avx2(e);
+        exp8n_avx2(e, 4);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             _mm256_storeu_ps(scores + j + 8 * k, e[k]);
