@@ -54,18 +54,20 @@ static uint32_t pair_hash(int32_t a, int32_t b)
     return (uint32_t)(k >> 32);
 }
 
+/* The slot of pair (a, b): the one that holds it, or the empty one where it would go. */
+static merge_slot *merge_find(const tok_vocab *v, int32_t a, int32_t b)
+{
+    uint32_t mask = v->n_merge_slots - 1, i = pair_hash(a, b) & mask;
+    while (v->merges[i].rank >= 0 && (v->merges[i].a != a || v->merges[i].b != b))
+        i = (i + 1) & mask;
+    return &v->merges[i];
+}
+
 int32_t tok_merge_rank(const tok_vocab *v, int32_t a, int32_t b)
 {
     if (!v->n_merge_slots || a < 0 || b < 0)
         return -1;
-    uint32_t mask = v->n_merge_slots - 1;
-    for (uint32_t i = pair_hash(a, b) & mask;; i = (i + 1) & mask) {
-        const merge_slot *m = &v->merges[i];
-        if (m->rank < 0)
-            return -1;
-        if (m->a == a && m->b == b)
-            return m->rank;
-    }
+    return merge_find(v, a, b)->rank; /* -1 in an empty slot */
 }
 
 /* A power of two of at least 16 slots and at least n * num / den. */
@@ -106,11 +108,9 @@ static int build_index(tok_vocab *v, const char *path, lm_err *e)
 /* The first rank of a pair wins, as with llama.cpp's emplace. */
 static void add_merge(tok_vocab *v, int32_t a, int32_t b, int32_t rank)
 {
-    uint32_t mask = v->n_merge_slots - 1, i = pair_hash(a, b) & mask;
-    for (; v->merges[i].rank >= 0; i = (i + 1) & mask)
-        if (v->merges[i].a == a && v->merges[i].b == b)
-            return;
-    v->merges[i] = (merge_slot){a, b, rank};
+    merge_slot *m = merge_find(v, a, b);
+    if (m->rank < 0)
+        *m = (merge_slot){a, b, rank};
 }
 
 /*
@@ -187,18 +187,16 @@ static int load_merges(tok_vocab *v, const gguf_file *g, lm_err *e)
     for (uint64_t r = 0; r < n + 2 * SLOTS_AHEAD; r++) {
         if (r < n)
             merge_parse(v, kv, r, &ring[r % MERGE_RING]);
-        if (r >= SLOTS_AHEAD && r - SLOTS_AHEAD < n && merge_ids(v, &ring[(r - SLOTS_AHEAD) % MERGE_RING])) {
-            const merge_step *m = &ring[(r - SLOTS_AHEAD) % MERGE_RING];
+        merge_step *m = &ring[(r - SLOTS_AHEAD) % MERGE_RING];
+        if (r >= SLOTS_AHEAD && r - SLOTS_AHEAD < n && merge_ids(v, m)) {
             const size_t len = m->la + 1 + m->lb;
             lm_seterr(e, "%s: merge %llu ('%.*s') names a token that is not in the vocabulary", g->path,
                       (unsigned long long)m->r, (int)(len > 40 ? 40 : len), m->a);
             return -1;
         }
-        if (r >= 2 * SLOTS_AHEAD) {
-            const merge_step *m = &ring[(r - 2 * SLOTS_AHEAD) % MERGE_RING];
-            if (m->r >= 0)
-                add_merge(v, m->ia, m->ib, (int32_t)m->r);
-        }
+        const merge_step *done = &ring[(r - 2 * SLOTS_AHEAD) % MERGE_RING];
+        if (r >= 2 * SLOTS_AHEAD && done->r >= 0)
+            add_merge(v, done->ia, done->ib, (int32_t)done->r);
     }
     return 0;
 }
