@@ -310,8 +310,24 @@ void lm_attend_values_part(const lm_model *m, const lm_kv *kv, int il, int kh, l
                             sstride, vmx, w, wstride, acc, kv->type == LM_KV_F16);
 }
 
+void lm_attend_ahead(const lm_kv *kv, int il, int kh, int lo, int hi, int share, int shares, lm_ahead *a)
+{
+    const size_t es = lm_kv_elem_bytes(kv);
+    const char *base[2] = {(const char *)kv->k + k_head(kv, il, kh) * es,
+                           (const char *)kv->v + v_head(kv, il, kh) * es};
+    const size_t span[2][2] = {{(size_t)(lo & ~15) * kv->head_dim * es, (size_t)((hi | 15) + 1) * kv->head_dim * es},
+                               {(size_t)lo * kv->head_dim_v * es, (size_t)(hi + 1) * kv->head_dim_v * es}};
+    for (int s = 0; s < 2; s++) { /* (heads begin on a line: n_pos is a multiple of 32) */
+        const size_t from = span[s][0] & ~(size_t)63, lines = (span[s][1] - from + 63) / 64;
+        const size_t l0 = lines * (size_t)share / (size_t)shares, l1 = lines * (size_t)(share + 1) / (size_t)shares;
+        a->p[s] = base[s] + from + 64 * l0;
+        a->lines[s] = l1 - l0;
+    }
+    a->step = 0;
+}
+
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
-                     float *scores, size_t sstride, float *acc, int isa)
+                     float *scores, size_t sstride, float *acc, int isa, lm_ahead *ahead)
 {
     const lm_hparams *hp = &m->hp;
     const float scale = score_scale(m);
@@ -325,8 +341,8 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
                                                        kv->head_dim_v, scale, cap, scores,
                                                        sstride, acc, f16))
         return;
-    if (isa == LM_ISA_AVX2 && lm_attend_group_avx2(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
-                                                   scores, sstride, acc, f16))
+    if (isa == LM_ISA_AVX2 && lm_attend_group_avx2_ahead(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale,
+                                                         cap, scores, sstride, f16, ahead))
         return;
     if (lm_isa_neon(isa) && lm_attend_group_neon(qs, n, k0, v0, kv->head_dim, kv->head_dim_v, scale, cap,
                                                    scores, sstride, acc, f16))

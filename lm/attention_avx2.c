@@ -177,7 +177,7 @@ AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 
  * order.  Each query keeps the scores of its own keys only.
  */
 AVX2 static INLINE void quad_scores(const lm_attq *qs, const int nq, const void *k0, int hd, float scale, float cap,
-                                    float *const sc[4], float mx[4], int f16)
+                                    float *const sc[4], float mx[4], int f16, lm_ahead *ahead)
 {
     int lo, hi;
     lm_attq_span(qs, nq, &lo, &hi);
@@ -186,6 +186,7 @@ AVX2 static INLINE void quad_scores(const lm_attq *qs, const int nq, const void 
         m8[i] = _mm256_set1_ps(-INFINITY), mx[i] = -INFINITY;
     for (int t = lo / 16; t <= hi / 16; t++) {
         const size_t base = (size_t)t * 16 * (size_t)hd;
+        lm_ahead_step(ahead);
         __m256 a[4][2];
 #pragma GCC unroll 4
         for (int i = 0; i < nq; i++)
@@ -260,12 +261,12 @@ AVX2 static INLINE void quad_values(const lm_attq *qs, const int nq, const void 
 
 /* nq <= 4 queries: scores, softmax, values, each as attention.c's attend_one. */
 AVX2 static INLINE void attend_quad(const lm_attq *qs, const int nq, const void *k0, const void *v0, int hd, int hdv,
-                                    float scale, float cap, float *scores, size_t sstride, int f16)
+                                    float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead)
 {
     float *sc[4], mx[4], inv[4];
     for (int i = 0; i < nq; i++)
         sc[i] = scores + (size_t)i * sstride;
-    quad_scores(qs, nq, k0, hd, scale, cap, sc, mx, f16);
+    quad_scores(qs, nq, k0, hd, scale, cap, sc, mx, f16, ahead);
     for (int i = 0; i < nq; i++)
         inv[i] = lm_softmax_exp_avx2(sc[i], qs[i].lo, qs[i].pos, mx[i]);
     int c = 0;
@@ -277,15 +278,15 @@ AVX2 static INLINE void attend_quad(const lm_attq *qs, const int nq, const void 
 
 AVX2 __attribute__((noinline)) static void attend_quads(const lm_attq *qs, int n, const void *k0, const void *v0,
                                                         int hd, int hdv, float scale, float cap, float *scores,
-                                                        size_t sstride, int f16)
+                                                        size_t sstride, int f16, lm_ahead *ahead)
 {
     int a = 0;
     for (; a + 4 <= n; a += 4)
-        attend_quad(qs + a, 4, k0, v0, hd, hdv, scale, cap, scores, sstride, f16);
+        attend_quad(qs + a, 4, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, ahead);
     switch (n - a) {
-    case 3: attend_quad(qs + a, 3, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
-    case 2: attend_quad(qs + a, 2, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
-    case 1: attend_quad(qs + a, 1, k0, v0, hd, hdv, scale, cap, scores, sstride, f16); break;
+    case 3: attend_quad(qs + a, 3, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, ahead); break;
+    case 2: attend_quad(qs + a, 2, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, ahead); break;
+    case 1: attend_quad(qs + a, 1, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, ahead); break;
     }
 }
 
@@ -299,9 +300,22 @@ AVX2 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const vo
                               float scale, float cap, float *scores, size_t sstride, float *acc, int f16)
 {
     (void)acc;
+    return lm_attend_group_avx2_ahead(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, NULL);
+}
+
+/* ahead's lines go a slice with each K tile each quad reads: spread over the scores' arithmetic. */
+AVX2 int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
+                                    float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead)
+{
     if (hd % 16 || hdv % 8 || n < 1)
         return 0;
-    attend_quads(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16);
+    if (ahead) {
+        int lo, hi;
+        lm_attq_span(qs, n, &lo, &hi);
+        const size_t steps = (size_t)((n + 3) / 4) * (size_t)(hi / 16 - lo / 16 + 1);
+        ahead->step = (ahead->lines[0] + ahead->lines[1] + steps - 1) / steps;
+    }
+    attend_quads(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, ahead);
     return 1;
 }
 
@@ -328,6 +342,14 @@ int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v
 {
     (void)qs, (void)n, (void)k0, (void)v0, (void)hd, (void)hdv;
     (void)scale, (void)cap, (void)scores, (void)sstride, (void)acc, (void)f16;
+    return 0;
+}
+
+int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
+                               float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead)
+{
+    (void)qs, (void)n, (void)k0, (void)v0, (void)hd, (void)hdv;
+    (void)scale, (void)cap, (void)scores, (void)sstride, (void)f16, (void)ahead;
     return 0;
 }
 #endif

@@ -438,6 +438,30 @@ static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
         *hi = qs[a].pos < *hi ? qs[a].pos : *hi;
     }
 }
+/*
+ * Cache rows a thread reads after its current attention job (the next
+ * job's head), asked for a slice at a time while the job computes, so
+ * that they come from memory beside the arithmetic instead of before it
+ * (forward.c says when).  Two spans, K's and V's; step lines a step.
+ */
+typedef struct lm_ahead {
+    const char *p[2];
+    size_t lines[2];
+    size_t step;
+} lm_ahead;
+/* Asks for the next step's lines (nothing once all are asked for, or for NULL). */
+static inline void lm_ahead_step(lm_ahead *a)
+{
+    if (!a)
+        return;
+    size_t n = a->step;
+    for (int s = 0; s < 2 && n; s++) {
+        const size_t take = a->lines[s] < n ? a->lines[s] : n;
+        for (size_t l = 0; l < take; l++)
+            __builtin_prefetch(a->p[s] + 64 * l, 0, 3);
+        a->p[s] += 64 * take, a->lines[s] -= take, n -= take;
+    }
+}
 #define LM_ATT_QMAX 64     /* queries attended together, at most */
 #define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
 /*
@@ -449,7 +473,9 @@ static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
  * it does not depend on the other queries in its group.
  */
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
-                     float *scores, size_t sstride, float *acc, int isa);
+                     float *scores, size_t sstride, float *acc, int isa, lm_ahead *ahead);
+/* Share `share` of `shares` of the rows keys lo..hi of KV head kh of layer il, into a (its step unset). */
+void lm_attend_ahead(const lm_kv *kv, int il, int kh, int lo, int hi, int share, int shares, lm_ahead *a);
 /*
  * lm_attend_group in two phases, for threads to share one head's work:
  * the scores of part `part` of `parts` of the keys (into rows every part
@@ -480,6 +506,9 @@ float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
 /* attention_avx2.c: the same without AVX-512, four queries at a time (0: head sizes it does not take) */
 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
+/* The same, asking for ahead's lines as it goes (NULL: none). */
+int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
+                               float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead);
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx);
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n);
 /* attention_neon.c: the same on aarch64 (0: head sizes it does not take) */

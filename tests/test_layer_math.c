@@ -180,6 +180,54 @@ START_TEST(test_attention_range_edges)
 }
 END_TEST
 
+/*
+ * The rows a job asks for ahead (lm_attend_ahead): its shares, one after
+ * another, cover exactly the lines of the head's K tiles holding keys
+ * lo..hi and of its V rows lo..hi, no more, none twice, in either cache
+ * type, whatever the head and layer (K and V of different widths).
+ */
+static void check_ahead_span(const char *what, const char *got, size_t lines, const char *base, size_t from,
+                             size_t to, const char **next)
+{
+    const char *first = base + (from & ~(size_t)63), *end = base + ((to + 63) & ~(size_t)63);
+    if (!*next)
+        *next = first;
+    ck_assert_msg(got == *next, "%s share begins at %td, not %td", what, got - base, *next - base);
+    *next = got + 64 * lines;
+    ck_assert_msg(*next <= end, "%s share ends at %td, past %td", what, *next - base, end - base);
+}
+
+START_TEST(test_attention_ahead_spans)
+{
+    static char k[2 * 3 * 64 * 64 * 4], v[2 * 3 * 64 * 32 * 4];
+    const int ranges[][2] = {{0, 0}, {0, 63}, {5, 40}, {16, 31}, {17, 17}, {33, 62}};
+    for (int type = LM_KV_F32; type <= LM_KV_F16; type++) {
+        lm_kv kv = {.n_ctx = 64, .n_pos = 64, .n_layer = 2, .n_head_kv = 3, .head_dim = 64, .head_dim_v = 32,
+                    .type = type, .k = k, .v = v};
+        const size_t es = lm_kv_elem_bytes(&kv);
+        for (int il = 0; il < 2; il++)
+            for (int kh = 0; kh < 3; kh++)
+                for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+                    for (int shares = 1; shares <= 3; shares++) {
+                        const int lo = ranges[r][0], hi = ranges[r][1];
+                        const char *kb = k + ((size_t)il * 3 + (size_t)kh) * 64 * 64 * es;
+                        const char *vb = v + ((size_t)il * 3 + (size_t)kh) * 64 * 32 * es;
+                        const size_t k_from = (size_t)(lo & ~15) * 64 * es, k_to = (size_t)((hi | 15) + 1) * 64 * es;
+                        const size_t v_from = (size_t)lo * 32 * es, v_to = (size_t)(hi + 1) * 32 * es;
+                        const char *k_next = NULL, *v_next = NULL;
+                        for (int share = 0; share < shares; share++) {
+                            lm_ahead a;
+                            lm_attend_ahead(&kv, il, kh, lo, hi, share, shares, &a);
+                            check_ahead_span("K", a.p[0], a.lines[0], kb, k_from, k_to, &k_next);
+                            check_ahead_span("V", a.p[1], a.lines[1], vb, v_from, v_to, &v_next);
+                        }
+                        ck_assert_msg(k_next == kb + ((k_to + 63) & ~(size_t)63), "K shares stop short (%d..%d)", lo, hi);
+                        ck_assert_msg(v_next == vb + ((v_to + 63) & ~(size_t)63), "V shares stop short (%d..%d)", lo, hi);
+                    }
+    }
+}
+END_TEST
+
 TCase *tcase_layer_math(void)
 {
     TCase *tc = tcase_create("layer_math");
@@ -189,6 +237,7 @@ TCase *tcase_layer_math(void)
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_attention_range_edges);
     tcase_add_test(tc, test_attention_parts_bitwise);
+    tcase_add_test(tc, test_attention_ahead_spans);
     tcase_add_test(tc, test_rmsnorm_isa_bitwise);
     return tc;
 }
