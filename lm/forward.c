@@ -341,14 +341,16 @@ static int leftover_heads(const lm_ctx *c, int n)
 }
 
 /* Where chunk part of a KV head's per_kv queries begins.  Chunks of four or
-   more start at a multiple of 4: the kernel takes queries four at a time,
-   and a lone leftover query runs at half speed (its sums are too few to
-   cover the multiply-adds' latency).  Rounding to the nearest multiple of
-   4 keeps every chunk within qmax when qmax is one too. */
-static int chunk_start(int per_kv, int part, int chunks, int qmax)
+   more start at a multiple of 4 where the kernel takes queries four at a
+   time (AVX-512, NEON): a lone leftover query runs at half speed (its sums
+   are too few to cover the multiply-adds' latency).  Rounding to the
+   nearest multiple of 4 keeps every chunk within qmax when qmax is one
+   too.  The AVX2 kernel cuts any count into even sets (9: 5 + 4), so there
+   chunks are cut evenly: 18 queries 9 + 9, not 8 + 10. */
+static int chunk_start(int per_kv, int part, int chunks, int qmax, int isa)
 {
     int r = (int)((int64_t)per_kv * part / chunks);
-    if (part == chunks || per_kv / chunks < 4 || qmax % 4)
+    if (part == chunks || per_kv / chunks < 4 || qmax % 4 || isa == LM_ISA_AVX2)
         return r;
     r = (r + 2) & ~3;
     return r < per_kv ? r : per_kv;
@@ -453,7 +455,8 @@ static void attention_split(lm_ctx *c, lm_kv *kv, int il, int pos0, int parts)
  * against 117-122 from L2; with the next head asked for during each call,
  * 134-136.  A 6-token pass at 722 cached tokens (smollm2 Q4_K_M, two
  * threads: two whole heads, then the third cut in two), attention alone,
- * six alternations: 8.88 -> 8.64 ms.  The last round asks for nothing:
+ * six alternations: 8.88 -> 8.64 ms; with the queries in sets of six
+ * (attention_avx2.c), 8.11 -> 7.47.  The last round asks for nothing:
  * the next layer's rows, asked for then, came no faster (the weights read
  * between evict them).  Returns 0 when there is no next job or it reads
  * the same head.
@@ -508,8 +511,8 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
         int kh, part, tid = omp_get_thread_num();
         job_head(job, hp->n_head_kv, chunks, left, &kh, &part);
         const int nch = !left ? chunks : kh < whole ? 1 : c->n_threads; /* kh's chunks */
-        int r0 = chunk_start(per_kv, part, nch, c->att_qmax);
-        int r1 = chunk_start(per_kv, part + 1, nch, c->att_qmax);
+        int r0 = chunk_start(per_kv, part, nch, c->att_qmax, c->mm.isa);
+        int r1 = chunk_start(per_kv, part + 1, nch, c->att_qmax, c->mm.isa);
         lm_attq qs[LM_ATT_QMAX];
         for (int t = 0; !positioned && t < n; t++)
             position_head(c, kv, L, il, t, pos0, kh);

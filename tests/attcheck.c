@@ -68,7 +68,7 @@ int attcheck_groups(attend_fn attend, char *msg, size_t cap)
 {
     enum { N = 150, NPOS = 160, HD = 256, NQ = LM_ATT_QMAX };
     static const int dims[] = {64, 96, 128, 256}; /* the unrolled sizes, and one that is not */
-    static const int counts[] = {1, 6, NQ};       /* queries in a group */
+    static const int counts[] = {1, 2, 7, 6, NQ}; /* queries in a group (AVX2 sets: 7 is 4 + 3) */
     static float k[N * HD], v[N * HD], q[NQ * HD], s2[NQ * N], o2[NQ * HD], kt[NPOS * HD];
     static uint16_t kt16[NPOS * HD], v16[N * HD];
     for (int i = 0; i < N * HD; i++) {
@@ -78,8 +78,8 @@ int attcheck_groups(attend_fn attend, char *msg, size_t cap)
     for (int i = 0; i < NQ * HD; i++)
         q[i] = sinf((float)i * 1.3f);
     int bad = 0;
-    for (int c = 0; c < 4 * 2 * 3 * 3; c++) {
-        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 3], start = 53 * (c / 24 % 3);
+    for (int c = 0; c < 4 * 2 * 5 * 3; c++) {
+        int hd = dims[c % 4], f16 = c / 4 % 2, n = counts[c / 8 % 5], start = 53 * (c / 40 % 3);
         float soft = start % 2 ? 0.0f : 2.0f;
         lm_attq qs[NQ];
         for (int a = 0; a < n; a++) { /* pairs share lo; some windows cut */
