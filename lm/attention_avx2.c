@@ -23,9 +23,13 @@
  * inlined): the same operations in the same order.  Each step runs on all
  * n before the next: one vector at a time, its chain of dependent
  * multiply-adds filled the scheduler while the next vector's independent
- * steps waited behind it.
+ * steps waited behind it.  Lanes past the underflow edge are set to 0 only
+ * when there are some, and with nonpositive (the softmax's x = s - max)
+ * the overflow edge is never met, so neither blend runs in a softmax step
+ * whose keys all lie near the maximum: a 725-key row 1.37 -> 1.29 us,
+ * 18 queries over 725 keys 112.4 -> 111.1 us (harness, best of 5).
  */
-AVX2 static INLINE void exp8n_avx2(__m256 x[], const int n)
+AVX2 static INLINE void exp8n_avx2_at(__m256 x[], const int n, const int nonpositive)
 {
     __m256 z[4], m[4], r[4], p[4];
 #pragma GCC unroll 4
@@ -58,13 +62,26 @@ AVX2 static INLINE void exp8n_avx2(__m256 x[], const int n)
 #pragma GCC unroll 4
     for (int k = 0; k < n; k++)
         p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
+    __m256 under[4], any = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int k = 0; k < n; k++) {
+        under[k] = _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ);
+        any = _mm256_or_ps(any, under[k]);
+    }
+    const int some_under = !_mm256_testz_ps(any, any);
 #pragma GCC unroll 4
     for (int k = 0; k < n; k++) {
         __m256i sb = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(z[k]), 23), _mm256_set1_epi32(0x3f800000));
         __m256 e = _mm256_mul_ps(p[k], _mm256_castsi256_ps(sb));
-        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_UNDER), _CMP_LT_OQ));
-        x[k] = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
+        if (some_under)
+            e = _mm256_blendv_ps(e, _mm256_setzero_ps(), under[k]);
+        x[k] = nonpositive ? e : _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x[k], _mm256_set1_ps(EXP_OVER), _CMP_GT_OQ));
     }
+}
+
+AVX2 static INLINE void exp8n_avx2(__m256 x[], const int n)
+{
+    exp8n_avx2_at(x, n, 0);
 }
 
 /* lm_expf on 8 lanes. */
@@ -114,7 +131,7 @@ AVX2 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             e[k] = _mm256_sub_ps(_mm256_loadu_ps(scores + j + 8 * k), _mm256_set1_ps(mx));
-        exp8n_avx2(e, 4);
+        exp8n_avx2_at(e, 4, 1);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             _mm256_storeu_ps(scores + j + 8 * k, e[k]);

@@ -37,6 +37,38 @@ START_TEST(test_expf)
 END_TEST
 
 /*
+ * The vector softmaxes give the scalar bytes (each weight and 1 / their
+ * sum) on rows where some keys lie past exp's underflow edge and others
+ * not, in every lane and vector of a step, whatever the row's start and
+ * length; and where none do.
+ */
+START_TEST(test_softmax_bitwise)
+{
+    enum { N = 300 };
+    static float src[N], a[N], b[N];
+    for (int spread = 0; spread < 2; spread++)
+        for (int lo = 0; lo < 20; lo += 3)
+            for (int hi = lo; hi < N; hi += 37) {
+                for (int i = 0; i < N; i++) /* from 0 down to -120 (or -50: no underflow) */
+                    src[i] = (float)((i * 7919) % 1201) * (spread ? -0.1f : -0.04f) + 3.0f;
+                src[(lo + hi) / 2] = 3.0f;
+                memcpy(a, src, sizeof src), memcpy(b, src, sizeof src);
+                float want = lm_softmax_exp(a, lo, hi, 3.0f), got = lm_softmax_exp_avx2(b, lo, hi, 3.0f);
+                if (lm_cpu_isa() >= LM_ISA_AVX2) {
+                    ck_assert_msg(!memcmp(&got, &want, sizeof got), "AVX2 1/sum %a vs %a (%d..%d)", got, want, lo, hi);
+                    ck_assert_msg(!memcmp(a + lo, b + lo, (size_t)(hi - lo + 1) * sizeof *a), "AVX2 weights (%d..%d)", lo, hi);
+                }
+                if (lm_cpu_isa() >= LM_ISA_AVX512) {
+                    memcpy(b, src, sizeof src);
+                    got = lm_softmax_exp_avx512(b, lo, hi, 3.0f);
+                    ck_assert_msg(!memcmp(&got, &want, sizeof got), "AVX-512 1/sum %a vs %a (%d..%d)", got, want, lo, hi);
+                    ck_assert_msg(!memcmp(a + lo, b + lo, (size_t)(hi - lo + 1) * sizeof *a), "AVX-512 weights (%d..%d)", lo, hi);
+                }
+            }
+}
+END_TEST
+
+/*
  * The gated FFN's SiLU(g) * up: within 4 ulp of the exact value (values
  * under 2^-100 may flush to zero, as past -88.4 where e^-g is taken as
  * infinite), and the vector path gives the scalar bytes, tail included.
@@ -234,6 +266,7 @@ TCase *tcase_layer_math(void)
     tcase_set_timeout(tc, 180); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_softmax_bitwise);
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_attention_range_edges);
     tcase_add_test(tc, test_attention_parts_bitwise);
