@@ -503,7 +503,7 @@ int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int hd, in
 float lm_softmax_exp(float *scores, int lo, int hi, float mx);
 float lm_softmax_finish(float *scores, int lo, int from, int hi, float mx, double part[16]);
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx);
-/* attention_avx2.c: the same without AVX-512, four queries at a time (0: head sizes it does not take) */
+/* attention_avx2.c: the same without AVX-512, up to six queries at a time (0: head sizes it does not take) */
 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
 /* The same, asking for ahead's lines as it goes (NULL: none). */
