@@ -270,14 +270,17 @@ static void attend_one(const lm_kv *kv, int il, int kh, const lm_attq *qa, float
         out[i] *= inv;
 }
 
-/* Each query's first key: its sliding window's in a layer that has one. */
+int lm_attend_first_key(const lm_model *m, int il, int pos)
+{
+    const int lo = pos - m->hp.sliding_window + 1;
+    return lm_layer_swa(m, il) && lo > 0 ? lo : 0;
+}
+
+/* Each query's first key. */
 static void attq_windows(const lm_model *m, int il, lm_attq *qs, int n)
 {
-    const int swa = lm_layer_swa(m, il);
-    for (int a = 0; a < n; a++) {
-        int lo = qs[a].pos - m->hp.sliding_window + 1;
-        qs[a].lo = swa && lo > 0 ? lo : 0;
-    }
+    for (int a = 0; a < n; a++)
+        qs[a].lo = lm_attend_first_key(m, il, qs[a].pos);
 }
 
 static float score_scale(const lm_model *m)

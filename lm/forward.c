@@ -479,8 +479,7 @@ static int job_ahead(const lm_ctx *c, const lm_kv *kv, int il, int job, int jobs
         share += h == kh && j < next;
         shares += h == kh;
     }
-    const int lo = lm_layer_swa(c->m, il) ? pos0 - hp->sliding_window + 1 : 0;
-    lm_attend_ahead(kv, il, kh, lo > 0 ? lo : 0, pos0 + n - 1, share, shares, a);
+    lm_attend_ahead(kv, il, kh, lm_attend_first_key(c->m, il, pos0), pos0 + n - 1, share, shares, a);
     return 1;
 }
 

@@ -474,6 +474,8 @@ static inline void lm_ahead_step(lm_ahead *a)
  */
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,
                      float *scores, size_t sstride, float *acc, int isa, lm_ahead *ahead);
+/* The first key the query at pos attends in layer il: its sliding window's in a layer that has one. */
+int lm_attend_first_key(const lm_model *m, int il, int pos);
 /* Share `share` of `shares` of the rows keys lo..hi of KV head kh of layer il, into a (its step unset). */
 void lm_attend_ahead(const lm_kv *kv, int il, int kh, int lo, int hi, int share, int shares, lm_ahead *a);
 /*
