@@ -326,7 +326,6 @@ void lm_attend_ahead(const lm_kv *kv, int il, int kh, int lo, int hi, int share,
         a->p[s] = base[s] + from + 64 * l0;
         a->lines[s] = l1 - l0;
     }
-    a->step = 0;
 }
 
 void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq *qs, int n,

@@ -440,27 +440,25 @@ static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
 }
 /*
  * Cache rows a thread reads after its current attention job (the next
- * job's head), asked for a slice at a time while the job computes, so
+ * job's head), asked for a line at a time while the job computes, so
  * that they come from memory beside the arithmetic instead of before it
- * (forward.c says when).  Two spans, K's and V's; step lines a step.
+ * (forward.c says when).  Two spans, K's and V's.
  */
 typedef struct lm_ahead {
     const char *p[2];
     size_t lines[2];
-    size_t step;
 } lm_ahead;
-/* Asks for the next step's lines (nothing once all are asked for, or for NULL). */
-static inline void lm_ahead_step(lm_ahead *a)
+/* Asks for the next line; returns 0 once all are asked for (or for NULL). */
+static inline int lm_ahead_line(lm_ahead *a)
 {
     if (!a)
-        return;
-    size_t n = a->step;
-    for (int s = 0; s < 2 && n; s++) {
-        const size_t take = a->lines[s] < n ? a->lines[s] : n;
-        for (size_t l = 0; l < take; l++)
-            __builtin_prefetch(a->p[s] + 64 * l, 0, 3);
-        a->p[s] += 64 * take, a->lines[s] -= take, n -= take;
-    }
+        return 0;
+    const int s = a->lines[0] ? 0 : 1;
+    if (!a->lines[s])
+        return 0;
+    __builtin_prefetch(a->p[s], 0, 2);
+    a->p[s] += 64, a->lines[s]--;
+    return 1;
 }
 #define LM_ATT_QMAX 64     /* queries attended together, at most */
 #define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
