@@ -23,17 +23,22 @@ uint32_t tok_hash(const char *s, size_t len, uint32_t seed)
     return h;
 }
 
+/* The slot of text s (hash h): the one that holds its id, or the empty one where it would go. */
+static uint32_t text_slot(const tok_vocab *v, const char *s, size_t len, uint32_t h)
+{
+    uint32_t mask = v->n_slots - 1, i = h & mask;
+    for (; v->slots[i] >= 0; i = (i + 1) & mask) {
+        const tok_entry *t = &v->tok[v->slots[i]];
+        if (t->len == len && !memcmp(t->text, s, len))
+            break;
+    }
+    return i;
+}
+
 /* tok_lookup with the text's hash already known */
 static int32_t lookup_hashed(const tok_vocab *v, const char *s, size_t len, uint32_t h)
 {
-    uint32_t mask = v->n_slots - 1;
-    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
-        int32_t id = v->slots[i];
-        if (id < 0)
-            return -1;
-        if (v->tok[id].len == len && !memcmp(v->tok[id].text, s, len))
-            return id;
-    }
+    return v->slots[text_slot(v, s, len, h)]; /* -1 in an empty slot */
 }
 
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len)
@@ -88,17 +93,13 @@ static int build_index(tok_vocab *v, const char *path, lm_err *e)
         return -1;
     }
     memset(v->slots, 0xff, v->n_slots * sizeof *v->slots);
-    uint32_t mask = v->n_slots - 1;
     for (int32_t id = 0; id < v->n; id++) {
         const tok_entry *t = &v->tok[id];
-        uint32_t i = tok_hash(t->text, t->len, 0) & mask;
-        for (; v->slots[i] >= 0; i = (i + 1) & mask) {
-            const tok_entry *o = &v->tok[v->slots[i]];
-            if (o->len == t->len && !memcmp(o->text, t->text, t->len)) {
-                lm_seterr(e, "%s: duplicate token in vocabulary: '%.*s' has ids %d and %d", path,
-                          (int)(t->len > 40 ? 40 : t->len), t->text, v->slots[i], id);
-                return -1;
-            }
+        const uint32_t i = text_slot(v, t->text, t->len, tok_hash(t->text, t->len, 0));
+        if (v->slots[i] >= 0) {
+            lm_seterr(e, "%s: duplicate token in vocabulary: '%.*s' has ids %d and %d", path,
+                      (int)(t->len > 40 ? 40 : t->len), t->text, v->slots[i], id);
+            return -1;
         }
         v->slots[i] = id;
     }
