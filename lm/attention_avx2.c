@@ -191,19 +191,33 @@ AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 
  * the V rows, read a 16-component slice at a time, 256 bytes apart, it
  * does not, and the first set's values waited for them.  smollm2's 18
  * queries over 725 keys (Zen 1, two harnesses at once cycling 90 heads
- * from memory; 120 us from L2): 155-166 -> 140 us, with the next head
+ * from memory; 113-120 us from L2): 155-166 -> 140 us, with the next head
  * asked for too 146 -> 137-139 (a burst of lines a tile, as before, filled
- * the miss buffers; asking for K tiles ahead as well gave nothing).  In a
- * 6-token pass at 722 cached tokens, each thread's first job of a layer
- * (nothing asked for it) 5.3-5.9 -> 4.4-5.1 ms a pass.
+ * the miss buffers; asking for K tiles ahead as well gave nothing).  A
+ * tile's lines are taken at once (ask_take), so the steps keep no state in
+ * memory: advanced a step at a time, it cost the call's scores 48 -> 55 us
+ * from L2; taken a tile at a time, the call from memory runs in 116-120 us.
+ * In a 6-token pass at 722 cached tokens, each thread's first job of a
+ * layer (nothing asked for it) 5.3-5.9 -> 4.0-5.1 ms a pass.
  */
 typedef struct asks {
-    lm_ahead own, *next;
+    const char *p[3]; /* own V rows, then the next job's K and V (lm_ahead) */
+    size_t lines[3];
 } asks;
-static inline void ask_line(asks *a)
+/* The next up to `most` lines to ask for, from the first span with lines left; *n of them. */
+static inline const char *ask_take(asks *a, int most, int *n)
 {
-    if (!lm_ahead_line(&a->own))
-        lm_ahead_line(a->next);
+    int s = 0;
+    while (s < 3 && !a->lines[s])
+        s++;
+    if (s == 3) {
+        *n = 0;
+        return NULL;
+    }
+    const char *p = a->p[s];
+    *n = a->lines[s] < (size_t)most ? (int)a->lines[s] : most;
+    a->p[s] += 64 * (size_t)*n, a->lines[s] -= (size_t)*n;
+    return p;
 }
 
 /*
@@ -222,12 +236,15 @@ AVX2 static INLINE void set_scores(const lm_attq *qs, const int nq, const void *
         m8[i] = _mm256_set1_ps(-INFINITY), mx[i] = -INFINITY;
     for (int t = lo / 16; t <= hi / 16; t++) {
         const size_t base = (size_t)t * 16 * (size_t)hd;
+        int asked;
+        const char *ask_p = ask_take(ask, hd, &asked);
         __m256 a[SET_MAX][2];
 #pragma GCC unroll 8
         for (int i = 0; i < nq; i++)
             a[i][0] = a[i][1] = _mm256_setzero_ps();
         for (int d = 0; d < hd; d++) {
-            ask_line(ask);
+            if (d < asked)
+                __builtin_prefetch(ask_p + 64 * (size_t)d, 0, 2);
             const __m256 k_lo = kv8(k0, base + 16 * (size_t)d, f16), k_hi = kv8(k0, base + 16 * (size_t)d + 8, f16);
 #pragma GCC unroll 8
             for (int i = 0; i < nq; i++) {
@@ -355,11 +372,14 @@ AVX2 int lm_attend_group_avx2(const lm_attq *qs, int n, const void *k0, const vo
     return lm_attend_group_avx2_ahead(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, NULL);
 }
 
-/* The V rows of keys lo..hi (of hdv components, es bytes each), as lines to ask for. */
-static lm_ahead value_lines(const void *v0, int lo, int hi, int hdv, size_t es)
+/* The lines of the V rows of keys lo..hi (of hdv components, es bytes each), then ahead's. */
+static asks lines_to_ask(const void *v0, int lo, int hi, int hdv, size_t es, const lm_ahead *ahead)
 {
     const size_t from = (size_t)lo * (size_t)hdv * es & ~(size_t)63, to = (size_t)(hi + 1) * (size_t)hdv * es;
-    return (lm_ahead){.p = {(const char *)v0 + from}, .lines = {(to - from + 63) / 64}};
+    asks a = {{(const char *)v0 + from}, {(to - from + 63) / 64}};
+    for (int s = 0; ahead && s < 2; s++)
+        a.p[1 + s] = ahead->p[s], a.lines[1 + s] = ahead->lines[s];
+    return a;
 }
 
 AVX2 int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
@@ -369,7 +389,7 @@ AVX2 int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, co
         return 0;
     int lo, hi;
     lm_attq_span(qs, n, &lo, &hi);
-    asks ask = {value_lines(v0, lo, hi, hdv, f16 ? 2 : 4), ahead};
+    asks ask = lines_to_ask(v0, lo, hi, hdv, f16 ? 2 : 4, ahead);
     attend_sets(qs, n, k0, v0, hd, hdv, scale, cap, scores, sstride, f16, &ask);
     return 1;
 }

@@ -448,18 +448,6 @@ typedef struct lm_ahead {
     const char *p[2];
     size_t lines[2];
 } lm_ahead;
-/* Asks for the next line; returns 0 once all are asked for (or for NULL). */
-static inline int lm_ahead_line(lm_ahead *a)
-{
-    if (!a)
-        return 0;
-    const int s = a->lines[0] ? 0 : 1;
-    if (!a->lines[s])
-        return 0;
-    __builtin_prefetch(a->p[s], 0, 2);
-    a->p[s] += 64, a->lines[s]--;
-    return 1;
-}
 #define LM_ATT_QMAX 64     /* queries attended together, at most */
 #define LM_ATT_ACC (16 * 16) /* floats of the value sums of one query */
 /*
