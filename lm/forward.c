@@ -372,13 +372,13 @@ static void attention_split(lm_ctx *c, lm_kv *kv, int il, int pos0, int parts)
  * over 725 keys (AVX2, Zen 1, a harness cycling 90 heads) 155-160 us
  * against 117-122 from L2; with the next head asked for during each call,
  * 134-136 (116-117 since the call asks for its own V rows first and a
- * tile's lines at a time, attention_avx2.c).  A 6-token pass at 722 cached tokens (smollm2 Q4_K_M, two
- * threads: two whole heads, then the third cut in two), attention alone,
- * six alternations: 8.88 -> 8.64 ms; with the queries in sets of six
- * (attention_avx2.c), 8.11 -> 7.47.  The last round asks for nothing:
- * the next layer's rows, asked for then, came no faster (the weights read
- * between evict them).  Returns 0 when there is no next job or it reads
- * the same head.
+ * tile's lines at a time, attention_avx2.c).  A 6-token pass at 722 cached
+ * tokens (smollm2 Q4_K_M, two threads: two whole heads, then the third cut
+ * in two), attention alone, six alternations: 8.88 -> 8.64 ms; with the
+ * queries in sets of six (attention_avx2.c), 8.11 -> 7.47.  The last
+ * round asks for nothing: the next layer's rows, asked for then, came no
+ * faster (the weights read between evict them).  Returns 0 when there is
+ * no next job or it reads the same head.
  */
 static int job_ahead(const lm_ctx *c, const lm_kv *kv, int il, int job, int jobs, int n, int pos0, lm_ahead *a)
 {

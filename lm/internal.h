@@ -462,7 +462,7 @@ void lm_attend_group(const lm_model *m, const lm_kv *kv, int il, int kh, lm_attq
                      float *scores, size_t sstride, float *acc, int isa, lm_ahead *ahead);
 /* The first key the query at pos attends in layer il: its sliding window's in a layer that has one. */
 int lm_attend_first_key(const lm_model *m, int il, int pos);
-/* Share `share` of `shares` of the rows keys lo..hi of KV head kh of layer il, into a (its step unset). */
+/* Share `share` of `shares` of the rows of keys lo..hi of KV head kh of layer il, into a. */
 void lm_attend_ahead(const lm_kv *kv, int il, int kh, int lo, int hi, int share, int shares, lm_ahead *a);
 /*
  * lm_attend_group in two phases, for threads to share one head's work:
