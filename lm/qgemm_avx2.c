@@ -182,6 +182,81 @@ AVX2 static INLINE void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, si
     }
 }
 
+/* Q5_0 fifth bits in the lanes layout's order (repack.c: code c's at bit 8(c % 4) + c / 4) -> bytes of 0x00 / 0x10. */
+AVX2 static INLINE __m256i spread_bits32(uint32_t bits)
+{
+    const __m256i mask = _mm256_setr_epi32(0x01010101, 0x02020202, 0x04040404, 0x08080808, 0x10101010, 0x20202020,
+                                           0x40404040, (int)0x80808080);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_set1_epi32((int)bits), mask), mask);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/*
+ * Eight Q5_0 rows in their lanes layout (repack.c): each row's 16 bytes of
+ * a step's nibble vector q at block j hold blocks j..j+3's nibble bytes
+ * 4q..4q+3, so one transpose8x4 gives block j + s's codes 4q.. (low
+ * nibbles) and 16 + 4q.. (high) of all eight rows, and one more their
+ * fifth bits, which a shift puts at bit 4 (as qdot_avx2.c's
+ * q5_lanes8_avx2).  A step's last 1-3 blocks go one at a time.
+ */
+AVX2 static INLINE void q5_lanes_four(uint8_t *dst, const uint8_t *step, int m, int j, size_t rb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+    const uint8_t *p[8];
+    __m256i f[4], x[4][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        p[r] = step + r * rb + LM_Q5_0_FIFTH(m) + 4 * j;
+    transpose8x4(p, f);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            p[r] = step + r * rb + 4 * (size_t)m * q + 4 * j;
+        transpose8x4(p, x[q]);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) { /* block j + s */
+        uint8_t *out = dst + 256 * s;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(x[q][s], m4),
+                                         _mm256_and_si256(_mm256_slli_epi32(f[s], 4 - q), bit4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x[q][s], 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi32(f[s], q), bit4));
+            _mm256_storeu_si256((__m256i *)(out + 32 * q), lo);
+            _mm256_storeu_si256((__m256i *)(out + 32 * (q + 4)), hi);
+        }
+    }
+}
+
+AVX2 static INLINE void unpack_q5_lanes(rows8 *w, uint32_t tag, const uint8_t *row0, size_t rb, int64_t k)
+{
+    (void)tag;
+    const int64_t nb = k / 32;
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int m = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        const uint8_t *step = row0 + 22 * b0;
+        for (int j = 0; j < m; j++)
+            _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + LM_Q5_0_SCALES(m) + 2 * j, rb));
+        int j = 0;
+        for (; j + 4 <= m; j += 4)
+            q5_lanes_four(w->codes + (b0 + j) * 256, step, m, j, rb);
+        for (; j < m; j++) {
+            __m256i v[8];
+            for (int r = 0; r < 8; r++) {
+                uint8_t nib[16];
+                uint32_t bits;
+                for (int q = 0; q < 4; q++)
+                    memcpy(nib + 4 * q, step + r * rb + 4 * (size_t)m * q + 4 * j, 4);
+                memcpy(&bits, step + r * rb + LM_Q5_0_FIFTH(m) + 4 * j, 4);
+                v[r] = _mm256_or_si256(nibbles32(nib), spread_bits32(bits));
+            }
+            put_lanes8(w->codes + (b0 + j) * 256, v);
+        }
+    }
+}
+
 /*
  * A Q4_K or (five) Q5_K super-block's codes of eight rows (blk, rb bytes
  * apart) as 64 steps: chunks 2j and 2j + 1 are the low and high nibbles of
@@ -499,6 +574,7 @@ AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_
     }
 TOKENS8(tokens_q4_0, unpack_b32, tile_b32, LM_Q4_0, LM_Q4_0)
 TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0, LM_Q5_0)
+TOKENS8(tokens_q5_0_lanes, unpack_q5_lanes, tile_b32, LM_Q5_0_LANES, LM_Q5_0)
 TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0, LM_Q8_0)
 TOKENS8(tokens_q4_k, unpack_k, tile_k, LM_Q4_K, LM_Q4_K)
 TOKENS8(tokens_q4_k_lanes, unpack_k, tile_k, LM_Q4_K_LANES, LM_Q4_K)
@@ -508,8 +584,8 @@ TOKENS8(tokens_q6_k, unpack_k, tile_k, LM_Q6_K, LM_Q6_K)
 
 /*
  * nt tokens (a[0..nt)) through the eight rows at row0 (rb bytes apart) of
- * a type lm_rows8_type takes (t; or LM_Q4_K_LANES, Q4_K rows in their lanes
- * layout): out[i * ldo + r] for token i and row r.
+ * a type lm_rows8_type takes (t; or LM_Q4_K_LANES, LM_Q5_0_LANES: Q4_K or
+ * Q5_0 rows in their lanes layouts): out[i * ldo + r] for token i and row r.
  * scratch holds lm_rows8_bytes(k), 64-byte aligned.
  */
 AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
@@ -518,6 +594,7 @@ AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, c
     switch (t) {
     case LM_Q4_0: tokens_q4_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_0: tokens_q5_0(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q5_0_LANES: tokens_q5_0_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q8_0: tokens_q8_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K: tokens_q4_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K_LANES: tokens_q4_k_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;

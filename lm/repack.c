@@ -1,7 +1,7 @@
 /*
- * lm/repack.c - Q4_0, Q4_K and Q6_K rows rearranged, in place, for the
- * kernels that read them fastest so (qrow_vbmi.c's row_lanes,
- * qrow_klanes.c).
+ * lm/repack.c - Q4_0, Q5_0, Q4_K and Q6_K rows rearranged, in place, for
+ * the kernels that read them fastest so (qrow_vbmi.c's row_lanes,
+ * qrow_klanes.c, qdot_avx2.c).
  *
  * Read as the file stores them (18-byte blocks: an f16 scale, then 16
  * bytes of nibbles), a step of 16 blocks needs byte permutes to put each
@@ -30,6 +30,17 @@
  * level and 6-token prompts 8% faster; with them in a short step of their
  * own, generation 92-96 -> 103-106 t/s and 6-token prompts 358-370 ->
  * 389-406, 512-token ones level.
+ *
+ * Q5_0 (AVX2 only): the same steps of 16 blocks (22 bytes each), the
+ * nibble vectors as Q4_0's, then each block's 32 fifth bits with code c's
+ * at bit 8(c % 4) + c / 4, then the scales (internal.h has the places).
+ * Read from the file, eight blocks cost the AVX2 kernel four transposing
+ * unpacks, eight inserts of their fifth bits and a shuffle, an and and a
+ * compare a code vector to spread them; laid out, four loads and a shift
+ * and a mask a vector (qdot_avx2.c: 256 rows of 2048 from L2, one core,
+ * 82 -> 34 us).  Zen 1, two threads: qwen2.5-0.5b Q4_K_M (its Q5_0 rows
+ * of 896 columns, a step and 12 blocks) generates 26.3-28.2 -> 30.3-31.2
+ * t/s; smollm2-135m Q4_K_M (576 columns) and prompts level.
  *
  * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
  * 16) with a scale each.  As the file has them, a 32-bit lane of the
@@ -101,6 +112,59 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS)
         lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, step_blocks(nb, b));
+}
+
+/* Q5_0's 32 fifth bits with code c's moved to bit 8(c % 4) + c / 4, and back. */
+static uint32_t fifth_bits_spread(uint32_t qh)
+{
+    uint32_t o = 0;
+    for (int c = 0; c < 32; c++)
+        o |= (qh >> c & 1u) << (8 * (c % 4) + c / 4);
+    return o;
+}
+
+static uint32_t fifth_bits_gathered(uint32_t o)
+{
+    uint32_t qh = 0;
+    for (int c = 0; c < 32; c++)
+        qh |= (o >> (8 * (c % 4) + c / 4) & 1u) << c;
+    return qh;
+}
+
+/* A Q5_0 step of m blocks (the file's 22m bytes) into its lanes layout, in place (internal.h has the places). */
+static void q5_0_to_lanes(uint8_t *step, int m)
+{
+    uint8_t in[22 * STEP_BLOCKS];
+    memcpy(in, step, 22 * (size_t)m);
+    for (int j = 0; j < m; j++) {
+        const uint8_t *blk = in + 22 * j;
+        uint32_t qh;
+        memcpy(&qh, blk + 2, 4);
+        qh = fifth_bits_spread(qh);
+        for (int q = 0; q < 4; q++)
+            memcpy(step + 4 * m * q + 4 * j, blk + 6 + 4 * q, 4);
+        memcpy(step + LM_Q5_0_FIFTH(m) + 4 * j, &qh, 4);
+        memcpy(step + LM_Q5_0_SCALES(m) + 2 * j, blk, 2);
+    }
+}
+
+static void q5_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
+{
+    const int64_t nb = k / 32;
+    for (int64_t b = 0; b < nb; b += STEP_BLOCKS) {
+        const int m = step_blocks(nb, b);
+        const uint8_t *step = row + 22 * b;
+        for (int j = 0; j < m; j++) {
+            uint8_t *out = dst + 22 * (b + j);
+            uint32_t qh;
+            memcpy(&qh, step + LM_Q5_0_FIFTH(m) + 4 * j, 4);
+            qh = fifth_bits_gathered(qh);
+            memcpy(out, step + LM_Q5_0_SCALES(m) + 2 * j, 2);
+            memcpy(out + 2, &qh, 4);
+            for (int q = 0; q < 4; q++)
+                memcpy(out + 6 + 4 * q, step + 4 * m * q + 4 * j, 4);
+        }
+    }
 }
 
 /*
@@ -229,6 +293,7 @@ uint32_t lm_layout_type(int layout)
     return layout == LM_LAYOUT_Q4_0_LANES   ? LM_Q4_0
            : layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K
            : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
+           : layout == LM_LAYOUT_Q5_0_LANES ? LM_Q5_0
                                             : 0;
 }
 
@@ -243,6 +308,9 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
             lm_q4_0_to_lanes(unit + 18 * b, step_blocks(k / 32, b));
+    else if (layout == LM_LAYOUT_Q5_0_LANES)
+        for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
+            q5_0_to_lanes(unit + 22 * b, step_blocks(k / 32, b));
     else if (layout != LM_LAYOUT_FILE)
         k_to_lanes(lm_layout_type(layout), unit, k);
 }
@@ -251,6 +319,8 @@ void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
+    else if (layout == LM_LAYOUT_Q5_0_LANES)
+        q5_0_from_lanes(row, dst, k);
     else
         k_from_lanes(lm_layout_type(layout), row, dst, k);
 }
@@ -293,6 +363,16 @@ int lm_klanes_layout_native(uint32_t t)
 #endif
 }
 
+/* Whether rearranged Q5_0 rows are read natively: where AVX2 is the widest (qdot_avx2.c, qgemm_avx2.c). */
+int lm_q5_0_lanes_native(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return !getenv("KVCHAT_ISA") && lm_cpu_isa() == LM_ISA_AVX2;
+#else
+    return 0;
+#endif
+}
+
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
  * matrices of a step a row at least, in rows that come 16 at a time, Q4_K
@@ -300,7 +380,7 @@ int lm_klanes_layout_native(uint32_t t)
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
-static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int tied)
+static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5_0, int tied)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
@@ -311,6 +391,9 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int ti
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
+    if (q5_0 && t->type == LM_Q5_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS &&
+        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 22))
+        return LM_LAYOUT_Q5_0_LANES;
     const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
     if (k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
@@ -361,14 +444,14 @@ static int keep_alone(const gguf_file *g, uint8_t *ok)
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
     const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
-    const int q6_k = lm_klanes_layout_native(LM_Q6_K);
+    const int q6_k = lm_klanes_layout_native(LM_Q6_K), q5_0 = lm_q5_0_lanes_native();
     int tied = 1; /* no output matrix: the embeddings serve as one */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         tied = tied && strcmp(g->tensors[i].name, "output.weight") != 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         const int inside = t->offset <= size && t->nbytes <= size - t->offset;
-        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, tied) : LM_LAYOUT_FILE);
+        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, q5_0, tied) : LM_LAYOUT_FILE);
     }
-    return q4_0 || q4_k || q6_k ? keep_alone(g, layout) : 0;
+    return q4_0 || q4_k || q6_k || q5_0 ? keep_alone(g, layout) : 0;
 }

@@ -138,7 +138,7 @@ static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
 }
 
 /*
- * Q4_0, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
+ * Q4_0, Q5_0, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
  * gives back the file's bytes, and a matrix in it multiplies to the bytes
  * the file's layout gives, for one token, a few and a batch (the lanes
  * kernels and the groups of 16), and again where the context's kernels do
@@ -156,6 +156,10 @@ START_TEST(test_matmul_lanes_layout)
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 2048}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, KL},
+        {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 512},  {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 2048},
+        {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 576},  {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 896}, /* 2 and 12 blocks past */
+        {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1568}, {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1280}, /* 1 and 8 past */
+        {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1184}, /* 5 past: a group of four and one alone */
     };
     static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, 23, 24, NT};
     static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
@@ -262,6 +266,33 @@ START_TEST(test_lanes_plan)
 END_TEST
 
 /*
+ * Q5_0 matrices take theirs (LM_LAYOUT_Q5_0_LANES) with a 16-block step a
+ * row or more, any number of rows, where AVX2 is the widest: smollm2's
+ * and qwen2.5's rows of 576 and 896 columns (Q4_K_M's Q5_0 fallback).
+ */
+START_TEST(test_q5_lanes_plan)
+{
+    enum { B = 22, Q5 = LM_LAYOUT_Q5_0_LANES };
+    gguf_tensor t[] = {
+        {"a", 2, {576, 3, 1, 1}, LM_Q5_0, 0, 3 * 18 * B, NULL},                  /* fits, 2 blocks past the step */
+        {"b", 2, {896, 5, 1, 1}, LM_Q5_0, 100 * B, 5 * 28 * B, NULL},            /* fits, 12 past */
+        {"c", 2, {480, 4, 1, 1}, LM_Q5_0, 300 * B, 4 * 15 * B, NULL},            /* under a step a row */
+        {"d", 2, {512, 2, 1, 1}, LM_Q5_0, 400 * B, 2 * 16 * B - 1, NULL},        /* short of its bytes */
+        {"token_embd.weight", 2, {512, 2, 1, 1}, LM_Q5_0, 500 * B, 32 * B, NULL}, /* untied embeddings */
+        {"e", 2, {512, 1, 1, 1}, LM_Q5_1, 600 * B, 16 * 24, NULL},               /* Q5_1 */
+        {"output.weight", 2, {64, 8, 1, 1}, LM_F32, 699 * B, 0, NULL},
+    };
+    const uint8_t want[] = {Q5, Q5, 0, 0, 0, 0, 0};
+    gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
+    uint8_t got[sizeof t / sizeof t[0]];
+    ck_assert_int_eq(lm_lanes_plan(&g, 700 * B, got), 0);
+    const int native = lm_q5_0_lanes_native();
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        ck_assert_msg(got[i] == (native ? want[i] : LM_LAYOUT_FILE), "tensor %s: %d", t[i].name, got[i]);
+}
+END_TEST
+
+/*
  * Q4_K and Q6_K matrices take their layouts with a whole step (4
  * super-blocks) a row or more, any number of rows, each type where its
  * kernels run (Q4_K's on AVX2 CPUs too).
@@ -345,6 +376,7 @@ TCase *tcase_matmul(void)
     tcase_add_test(tc, test_matmul_lanes_layout);
     tcase_add_test(tc, test_lanes_plan);
     tcase_add_test(tc, test_klanes_plan);
+    tcase_add_test(tc, test_q5_lanes_plan);
     tcase_add_test(tc, test_prefetch_tune);
     return tc;
 }
