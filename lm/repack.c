@@ -39,7 +39,7 @@
  * compare a code vector to spread them; laid out, four loads and a shift
  * and a mask a vector (qdot_avx2.c: 256 rows of 2048 from L2, one core,
  * 82 -> 34 us).  Zen 1, two threads: qwen2.5-0.5b Q4_K_M (its Q5_0 rows
- * of 896 columns, a step and 12 blocks) generates 26.3-28.2 -> 30.3-31.2
+ * of 896 columns, a step and 12 blocks) generates 26.3-28.4 -> 29.5-31.2
  * t/s; smollm2-135m Q4_K_M (576 columns) and prompts level.
  *
  * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
@@ -375,8 +375,8 @@ int lm_q5_0_lanes_native(void)
 
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
- * matrices of a step a row at least, in rows that come 16 at a time, Q4_K
- * and Q6_K matrices of a step a row at least; the embeddings only where
+ * matrices of a step a row at least, in rows that come 16 at a time, Q5_0,
+ * Q4_K and Q6_K matrices of a step a row at least; the embeddings only where
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
