@@ -114,12 +114,21 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
         lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, step_blocks(nb, b));
 }
 
-/* Q5_0's 32 fifth bits with code c's moved to bit 8(c % 4) + c / 4, and back. */
+/*
+ * Q5_0's 32 fifth bits with code c's moved to bit 8(c % 4) + c / 4, and
+ * back.  Codes 4r..4r+3 (nibble r) go to bit r of bytes 0-3, a table
+ * entry a nibble: a bit at a time, the copy of qwen2.5-0.5b Q4_K_M's 13.6
+ * million Q5_0 blocks spent 673 ms on this, a nibble at a time 116.
+ */
 static uint32_t fifth_bits_spread(uint32_t qh)
 {
+    static const uint32_t to_bytes[16] = {
+        0x0000000, 0x0000001, 0x0000100, 0x0000101, 0x0010000, 0x0010001, 0x0010100, 0x0010101,
+        0x1000000, 0x1000001, 0x1000100, 0x1000101, 0x1010000, 0x1010001, 0x1010100, 0x1010101,
+    };
     uint32_t o = 0;
-    for (int c = 0; c < 32; c++)
-        o |= (qh >> c & 1u) << (8 * (c % 4) + c / 4);
+    for (int r = 0; r < 8; r++)
+        o |= to_bytes[qh >> (4 * r) & 15] << r;
     return o;
 }
 
