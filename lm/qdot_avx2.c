@@ -120,8 +120,7 @@ AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
 /* The code offset taken off blocks b..b+m-1 at once: -offset * (each block's two 16-code sums). */
 AVX2 static INLINE __m256i minus_offset8(__m256i sums, const act_row *a, int64_t b, int m, int offset)
 {
-    __m256i s16 = m == 8 ? _mm256_loadu_si256((const __m256i *)(a->sum16 + 2 * b))
-                         : _mm256_maskload_epi32((const int *)(a->sum16 + 2 * b), first_lanes(m));
+    __m256i s16 = first_dwords(a->sum16 + 2 * b, m);
     return _mm256_add_epi32(sums, _mm256_madd_epi16(s16, _mm256_set1_epi16((short)-offset)));
 }
 
@@ -383,13 +382,6 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
  * b32_lanes8_avx2's, so the bytes are too.  Half h (blocks 8h..) of a step
  * of m blocks, c <= 8 of them, into acc's lanes (the others add 0 * 0).
  */
-AVX2 static INLINE __m256i first_dwords(const uint8_t *p, const int c)
-{
-    if (c == 8)
-        return _mm256_loadu_si256((const __m256i *)p);
-    return _mm256_maskload_epi32((const int *)p, first_lanes(c)); /* (nothing past them read) */
-}
-
 AVX2 static INLINE __m256 q5_lanes8_avx2(const uint8_t *step, const int m, int h, const int c, const act_row *a,
                                          int64_t b, __m256 acc)
 {
@@ -409,13 +401,19 @@ AVX2 static INLINE __m256 q5_lanes8_avx2(const uint8_t *step, const int m, int h
     }
     __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
     sums = _mm256_add_epi32(sums, _mm256_madd_epi16(hi, ones));
-    __m128i d16;
+    const uint8_t *d = step + LM_Q5_0_SCALES(m) + 16 * h;
+    __m128i d16 = _mm_setzero_si128();
     if (c == 8) {
-        d16 = _mm_loadu_si128((const __m128i *)(step + LM_Q5_0_SCALES(m) + 16 * h));
-    } else {
-        uint16_t d[8] = {0};
-        memcpy(d, step + LM_Q5_0_SCALES(m) + 16 * h, 2 * (size_t)c);
         d16 = _mm_loadu_si128((const __m128i *)d);
+    } else { /* inserted one by one: stored and read back as a vector, they stalled on the store forwarding */
+        uint16_t v;
+#define SCALE_LANE(j)                                 \
+    if ((j) < c) {                                    \
+        memcpy(&v, d + 2 * (j), 2);                   \
+        d16 = _mm_insert_epi16(d16, (short)v, (j));   \
+    }
+        SCALE_LANE(0) SCALE_LANE(1) SCALE_LANE(2) SCALE_LANE(3) SCALE_LANE(4) SCALE_LANE(5) SCALE_LANE(6)
+#undef SCALE_LANE
     }
     const __m256 dw = _mm256_cvtph_ps(d16);
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, c)), _mm256_cvtepi32_ps(sums), acc);
