@@ -402,20 +402,7 @@ AVX2 static INLINE __m256 q5_lanes8_avx2(const uint8_t *step, const int m, int h
     __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
     sums = _mm256_add_epi32(sums, _mm256_madd_epi16(hi, ones));
     const uint8_t *d = step + LM_Q5_0_SCALES(m) + 16 * h;
-    __m128i d16 = _mm_setzero_si128();
-    if (c == 8) {
-        d16 = _mm_loadu_si128((const __m128i *)d);
-    } else { /* inserted one by one: stored and read back as a vector, they stalled on the store forwarding */
-        uint16_t v;
-#define SCALE_LANE(j)                                 \
-    if ((j) < c) {                                    \
-        memcpy(&v, d + 2 * (j), 2);                   \
-        d16 = _mm_insert_epi16(d16, (short)v, (j));   \
-    }
-        SCALE_LANE(0) SCALE_LANE(1) SCALE_LANE(2) SCALE_LANE(3) SCALE_LANE(4) SCALE_LANE(5) SCALE_LANE(6)
-#undef SCALE_LANE
-    }
-    const __m256 dw = _mm256_cvtph_ps(d16);
+    const __m256 dw = _mm256_cvtph_ps(c == 8 ? _mm_loadu_si128((const __m128i *)d) : block_scales8_words(d, 2, c));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, c)), _mm256_cvtepi32_ps(sums), acc);
 }
 
