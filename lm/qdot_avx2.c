@@ -385,17 +385,14 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
 AVX2 static INLINE __m256 q5_lanes8_avx2(const uint8_t *step, const int m, int h, const int c, const act_row *a,
                                          int64_t b, __m256 acc)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i fifth = first_dwords(step + LM_Q5_0_FIFTH(m) + 32 * h, c);
     const int8_t *qw = a->qw + 512 * (b / 16) + 32 * h;
     __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        const __m256i x = first_dwords(step + 4 * m * q + 32 * h, c);
-        const __m256i l = _mm256_or_si256(_mm256_and_si256(x, m4),
-                                          _mm256_and_si256(_mm256_slli_epi32(fifth, 4 - q), bit4));
-        const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), m4),
-                                          _mm256_and_si256(_mm256_srli_epi32(fifth, q), bit4));
+        __m256i l, u;
+        q5_lanes_codes(first_dwords(step + 4 * m * q + 32 * h, c), fifth, q, &l, &u);
         lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
         hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
     }

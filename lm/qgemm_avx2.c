@@ -196,12 +196,11 @@ AVX2 static INLINE __m256i spread_bits32(uint32_t bits)
  * a step's nibble vector q at block j hold blocks j..j+3's nibble bytes
  * 4q..4q+3, so one transpose8x4 gives block j + s's codes 4q.. (low
  * nibbles) and 16 + 4q.. (high) of all eight rows, and one more their
- * fifth bits, which a shift puts at bit 4 (as qdot_avx2.c's
+ * fifth bits, which a shift puts at bit 4 (q5_lanes_codes, as qdot_avx2.c's
  * q5_lanes8_avx2).  A step's last 1-3 blocks go one at a time.
  */
 AVX2 static INLINE void q5_lanes_four(uint8_t *dst, const uint8_t *step, int m, int j, size_t rb)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
     const uint8_t *p[8];
     __m256i f[4], x[4][4];
 #pragma GCC unroll 8
@@ -220,10 +219,8 @@ AVX2 static INLINE void q5_lanes_four(uint8_t *dst, const uint8_t *step, int m, 
         uint8_t *out = dst + 256 * s;
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(x[q][s], m4),
-                                         _mm256_and_si256(_mm256_slli_epi32(f[s], 4 - q), bit4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x[q][s], 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi32(f[s], q), bit4));
+            __m256i lo, hi;
+            q5_lanes_codes(x[q][s], f[s], q, &lo, &hi);
             _mm256_storeu_si256((__m256i *)(out + 32 * q), lo);
             _mm256_storeu_si256((__m256i *)(out + 32 * (q + 4)), hi);
         }

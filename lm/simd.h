@@ -163,6 +163,20 @@ static inline void k4_scales8(const uint8_t *q, uint64_t *sc8, uint64_t *mn8)
 }
 
 /*
+ * Q5_0 in its lanes layout (repack.c): from x, dword q of the nibble bytes
+ * of eight blocks (or rows), and their fifth bits as the layout spreads
+ * them, codes 4q..4q+3 (low nibbles) into lo and 16 + 4q.. (high) into hi,
+ * each fifth bit shifted to bit 4 of its code's byte.
+ */
+AVX2 static INLINE void q5_lanes_codes(__m256i x, __m256i fifth, int q, __m256i *lo, __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_or_si256(_mm256_and_si256(x, m4), _mm256_and_si256(_mm256_slli_epi32(fifth, 4 - q), bit4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi32(fifth, q), bit4));
+}
+
+/*
  * The f16 scales of the first m (<= 8) blocks `stride` bytes apart, the
  * rest 0, word by word: a vector loaded from two-byte stores would wait for
  * them to retire.  Each insert takes its lane as a literal, whatever the
