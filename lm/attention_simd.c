@@ -351,7 +351,7 @@ INLINE_AVX512 void values_run(const void *v0, size_t vstride, int j, int end, in
         for (int u = 0; u < nv; u++) {
             v[u] = kv16(v0, (size_t)j * vstride + 16 * (size_t)u, f16);
             if (g > 1) /* one load for the g queries: GCC would fold it into each fma */
-                __asm__("" : "+v"(v[u]));
+                OPAQUE512(v[u]);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < g; i++) {

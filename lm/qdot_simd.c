@@ -39,6 +39,10 @@ int lm_cpu_isa(void)
                                      ((b >> 31) & 1) && ((c >> 11) & 1);
     if (zmm && avx512 && avx2 && fma && f16c)
         return LM_ISA_AVX512;
+#ifdef LM_EMULATE_AVX512 /* tests/avx512emu: the AVX-512 paths, emulated on AVX2 */
+    if (ymm && avx2 && fma && f16c)
+        return LM_ISA_AVX512;
+#endif
     if (ymm && avx2 && fma && f16c)
         return LM_ISA_AVX2;
     return LM_ISA_SCALAR;

@@ -55,13 +55,16 @@ void lm_act_nibbles(act_row *a)
 #ifdef QROW_K_GFNI
 #include <cpuid.h>
 
-#define KQ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")))
+#define KQ X86_TARGET("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")
 
 int lm_cpu_gfni(void)
 {
     unsigned a, b, c, d;
     if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return 0;
+#ifdef LM_EMULATE_AVX512
+    return lm_cpu_vbmi();
+#endif
     return (c >> 1 & 1) && (c >> 8 & 1); /* VBMI and GFNI */
 }
 

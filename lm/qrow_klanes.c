@@ -89,7 +89,7 @@ void lm_act_klanes(act_row *a, uint32_t tag)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-#define KL __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")))
+#define KL X86_TARGET("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,gfni")
 
 /* Each byte's high nibble: one affine map over GF(2) (bit i takes bit i + 4) */
 KL static INLINE __m512i high_nibbles(__m512i x)

@@ -26,6 +26,7 @@
 #include "internal.h"
 #include "simd.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The token's codes and corrections in window order; zeros past the last block. */
@@ -72,13 +73,17 @@ void lm_act_lanes(act_row *a)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 
-#define VBMI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")))
+#define VBMI X86_TARGET("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")
 
 int lm_cpu_vbmi(void)
 {
     unsigned a, b, c, d;
     if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return 0;
+#ifdef LM_EMULATE_AVX512 /* a Zen 4's or Ice Lake's; KVCHAT_EMULATE=novbmi: a Cascade Lake's */
+    const char *emu = getenv("KVCHAT_EMULATE");
+    return !(emu && !strcmp(emu, "novbmi"));
+#endif
     return (c >> 1) & (c >> 12) & 1; /* VBMI and BITALG (Q5_0's fifth bits); VNNI is part of LM_ISA_AVX512 */
 }
 

@@ -16,9 +16,26 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+/*
+ * The instructions a function may use, the inlining the kernels count on,
+ * and an empty asm that makes a 512-bit value opaque (it stays where it
+ * was loaded).  Built with LM_EMULATE_AVX512 (`make check-avx512emu`,
+ * tests/avx512emu), the AVX-512 intrinsics are portable code run on an
+ * AVX2 CPU: every function is compiled for AVX2, GCC chooses what to
+ * inline (every unrolled copy inlined, the emulated kernels took minutes
+ * to compile), and the opaque values live in memory.
+ */
+#ifdef LM_EMULATE_AVX512
+#define X86_TARGET(isa) __attribute__((target("avx2,fma,f16c")))
+#define INLINE inline
+#define OPAQUE512(x) __asm__("" : "+m"(x))
+#else
+#define X86_TARGET(isa) __attribute__((target(isa)))
 #define INLINE __attribute__((always_inline)) inline
+#define OPAQUE512(x) __asm__("" : "+v"(x))
+#endif
+#define AVX2 X86_TARGET("avx2,fma,f16c")
+#define AVX512 X86_TARGET("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 
 /*
  * A vector of 64 weight bytes read from memory once.  A kernel that takes
@@ -31,7 +48,7 @@
 AVX512 static INLINE __m512i load_once512(const void *p)
 {
     __m512i x = _mm512_loadu_si512(p);
-    __asm__("" : "+v"(x));
+    OPAQUE512(x);
     return x;
 }
 
