@@ -46,7 +46,19 @@ NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/q
 	lm/qdot_avx2.c lm/qact_simd.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c \
 	lm/model.c lm/gguf.c lm/weights_copy.c lm/repack.c
 
-.PHONY: all check check-asan check-aarch64 check-a64-kernels check-a64-logits check-fuzz run bench install clean portable deps fuzz
+# x86-64 CPUs with AVX2 but without the AVX-512 that lm_cpu_isa takes (VNNI
+# with it): there the AVX-512 kernels run emulated (tests/avx512emu: SIMDe
+# and lane loops), held to the same bytes; elsewhere the Check suite runs them.
+EMU_OBJ = $(patsubst %.c,build/avx512emu/%.o,$(wildcard lm/*.c))
+EMU_REST = $(filter-out build/native/lm/%,$(OBJ))
+EMU_HERE := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && ! grep -qw avx512_vnni /proc/cpuinfo && echo yes)
+ifeq ($(EMU_HERE),yes)
+CHECK_EMU_BUILDS = build/avx512emu/run_tests build/avx512emu/kvchat
+CHECK_EMU = check-avx512emu
+DEB_PKGS += libsimde-dev
+endif
+
+.PHONY: all check check-asan check-aarch64 check-avx512emu check-a64-kernels check-a64-logits check-fuzz run bench install clean portable deps fuzz
 
 all: kvchat
 
@@ -181,6 +193,39 @@ check-a64-logits: deps build/aarch64/kvchat-logits
 	@A64_RUN="$(A64_RUN)" $(PYTHON) $(SHARED)/tools/parity.py tests/aarch64/parity.sh $(A64_PARITY) | \
 	  tail -1 | sed 's/^/aarch64 (NEON) build: /'; test $${PIPESTATUS[0]} -eq 0
 
+# -O1 without forced inlining: GCC's choice (simd.h) compiles the emulated
+# kernels in seconds, where their unrolled copies all inlined took minutes.
+build/avx512emu/%.o: %.c tests/avx512emu/avx512emu.h
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE) -O1 -Wno-psabi -mavx2 -mfma -mf16c -DLM_EMULATE_AVX512 -include tests/avx512emu/avx512emu.h \
+	  -MMD -MP -c -o $@ $<
+
+build/avx512emu/run_tests: $(EMU_OBJ) $(EMU_REST) $(TOBJ)
+	$(CC) -o $@ $^ $(LIBS) $(CHECK_LIBS)
+
+build/avx512emu/kvchat: $(EMU_OBJ) $(EMU_REST) build/native/main.o
+	$(CC) -o $@ $^ $(LIBS)
+
+# The kernel tests on the emulated AVX-512 paths, as a Zen 4 (VBMI, GFNI) and
+# as a Cascade Lake (neither) takes them; then whole models' logits, the
+# prompt in one batch and a token at a time, byte for byte the native build's.
+EMU_CASES = kernels quant matmul layer_math
+EMU_MODELS = $(A64_PARITY)
+
+check-avx512emu: deps kvchat build/avx512emu/run_tests build/avx512emu/kvchat
+	@for cpu in zen4 novbmi; do for c in $(EMU_CASES); do \
+	  out=$$(KVCHAT_EMULATE=$$cpu KVCHAT_SHARED=$(SHARED) CK_RUN_CASE=$$c build/avx512emu/run_tests 2>&1) || \
+	    { echo "$$out"; echo "avx512emu ($$cpu): Check case $$c failed"; exit 1; }; \
+	done; done; echo "avx512emu: Check cases $(EMU_CASES) pass as a Zen 4 and as a Cascade Lake"
+	@for d in $(EMU_MODELS); do for run in "C.tokens.txt" "B.tokens.txt --sequential"; do \
+	  set -- $$run; ./kvchat logits -m $$d/model.gguf --ids-file $$d/$$1 $$2 -o build/avx512emu/native.logits && \
+	  for cpu in zen4 novbmi; do \
+	    KVCHAT_EMULATE=$$cpu build/avx512emu/kvchat logits -m $$d/model.gguf --ids-file $$d/$$1 $$2 \
+	      -o build/avx512emu/emu.logits && cmp -s build/avx512emu/native.logits build/avx512emu/emu.logits || \
+	      { echo "avx512emu ($$cpu): $$d $$run: logits differ from the native build's"; exit 1; }; \
+	  done || exit 1; \
+	done; done; echo "avx512emu: logits of $(words $(EMU_MODELS)) models = the native build's, both CPUs"
+
 # The whole suite: the aarch64 checks (under qemu), a short fuzz of every
 # target, the Check tests under AddressSanitizer and UBSan, then the Check
 # tests of the release build (last, so their summary closes the output).  The Check tests also run the
@@ -196,8 +241,9 @@ check-fuzz: deps
 check: deps
 	@test -d $(SHARED) || { echo "make check: $(SHARED) (reference data) is missing"; exit 1; }
 	$(MAKE) -j$(NPROC) --no-print-directory kvchat tests/run_tests kvchat-asan tests/run_tests-asan \
-	  $(CHECK_A64_BUILDS) $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
-	$(MAKE) -j$(NPROC) --output-sync=target --no-print-directory check-a64-kernels check-a64-logits check-fuzz
+	  $(CHECK_A64_BUILDS) $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%) $(CHECK_EMU_BUILDS)
+	$(MAKE) -j$(NPROC) --output-sync=target --no-print-directory check-a64-kernels check-a64-logits check-fuzz \
+	  $(CHECK_EMU)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat-asan ./tests/run_tests-asan
 	KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat ./tests/run_tests
@@ -268,4 +314,4 @@ clean:
 	rm -rf build kvchat kvchat-portable kvchat-asan tests/run_tests tests/run_tests-asan \
 	  $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%)
 
--include $(OBJ:.o=.d) $(POBJ:.o=.d) $(TOBJ:.o=.d) $(AOBJ:.o=.d) $(ATOBJ:.o=.d) $(FOBJ:.o=.d)
+-include $(OBJ:.o=.d) $(POBJ:.o=.d) $(EMU_OBJ:.o=.d) $(TOBJ:.o=.d) $(AOBJ:.o=.d) $(ATOBJ:.o=.d) $(FOBJ:.o=.d)
