@@ -1,8 +1,8 @@
 /*
  * lm/qdot_avx2.c - qdot.c's fast paths for x86 CPUs with AVX2 but not
- * AVX-512 (chosen at run time): the decoders that unpack Q4_0, Q5_0, Q8_0,
- * Q4_K, Q5_K and Q6_K rows into unsigned codes (AVX-512 CPUs use them
- * too), the integer dots of decoded rows, and one token through Q4_0,
+ * AVX-512 (chosen at run time): the decoders that unpack Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows into unsigned codes and F16 and BF16
+ * rows into floats (AVX-512 CPUs use them too), the integer dots of decoded rows, and one token through Q4_0,
  * Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows read as the file stores them (Q4_0
  * and Q5_0 eight blocks a step against the token's codes in lanes, so no
  * block needs a horizontal sum: on one core, in L2, Q4_0 rows of 2048
@@ -20,16 +20,41 @@
 
 /* ---------------------------------------------------------- decoders */
 
-AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
+/* Blocks of 32 (t a constant where inlined): codes, scales, and Q4_1's and Q5_1's mins. */
+AVX2 static INLINE void decode_b32_type(qrow *r, const uint32_t t, const uint8_t *src, int64_t nb)
 {
-    const uint32_t t = r->type;
     const size_t bs = lm_type_size(t);
+    const int mins = t == LM_Q4_1 || t == LM_Q5_1;
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *b = src + (size_t)i * bs;
         r->d[i] = half(b);
-        r->m[i] = 0.0f;
+        r->m[i] = mins ? half(b + 2) : 0.0f;
         _mm256_storeu_si256((__m256i *)(r->u + i * 32), b32_codes32(t, b));
     }
+}
+
+AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
+{
+    switch (r->type) {
+    case LM_Q4_0: decode_b32_type(r, LM_Q4_0, src, nb); break;
+    case LM_Q4_1: decode_b32_type(r, LM_Q4_1, src, nb); break;
+    case LM_Q5_0: decode_b32_type(r, LM_Q5_0, src, nb); break;
+    case LM_Q5_1: decode_b32_type(r, LM_Q5_1, src, nb); break;
+    default: decode_b32_type(r, LM_Q8_0, src, nb); break;
+    }
+}
+
+/* F16 and BF16 rows as floats, eight at a time (both conversions exact, as lm_dequant_row's). */
+AVX2 static void decode_halves_avx2(float *f, uint32_t t, const uint8_t *src, int64_t k)
+{
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(src + 2 * i));
+        _mm256_storeu_ps(f + i, t == LM_F16 ? _mm256_cvtph_ps(h)
+                                            : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+    if (i < k)
+        lm_dequant_row(t, src + 2 * i, f + i, k - i);
 }
 
 /* A K-quant super-block's 256 codes. */
@@ -65,8 +90,12 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
     const uint8_t *b = src;
     r->type = type;
     r->k = k;
-    if (type == LM_Q4_0 || type == LM_Q5_0 || type == LM_Q8_0) {
+    if (type == LM_Q4_0 || type == LM_Q4_1 || type == LM_Q5_0 || type == LM_Q5_1 || type == LM_Q8_0) {
         decode_b32_avx2(r, b, k / 32);
+        return 1;
+    }
+    if (type == LM_F16 || type == LM_BF16) {
+        decode_halves_avx2(r->f, type, b, k);
         return 1;
     }
     if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
