@@ -256,7 +256,7 @@ AVX2 static INLINE __m256 stored8_avx2(uint32_t t, const uint8_t *row, size_t bs
                      : _mm256_setzero_si256();
     }
     __m256i sums = totals8_avx2(v);
-    if (t != LM_Q8_0) /* the code offset, once a block */
+    if (t == LM_Q4_0 || t == LM_Q5_0) /* the code offset, once a block */
         sums = minus_offset8(sums, a, b, m, t == LM_Q4_0 ? 8 : 16);
     __m256 dw = _mm256_cvtph_ps(block_scales8_words(row + b * bs, bs, m));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, m)), _mm256_cvtepi32_ps(sums), acc);
@@ -280,7 +280,7 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
     }
     if (left > 8)
         hi = stored8_avx2(t, row, bs, b + 8, left - 8, a, hi);
-    return hsum16_avx2(lo, hi);
+    return hsum16_avx2(lo, hi); /* (Q4_1, Q5_1: without the min terms, rows_mins_avx2) */
 }
 
 /*
@@ -485,6 +485,44 @@ ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q5_0_layout_avx2, row_q5_0_lanes_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
+/*
+ * Q4_1's and Q5_1's min terms added to rows' sums, eight rows at a time:
+ * each lane one row's chain of lm_dot_b32_scalar in block order.  One
+ * row at a time, that chain of dependent multiply-adds took a third of
+ * the kernel's time.
+ */
+AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t nr, size_t bs, int64_t nb,
+                                       const act_row *a, float *out)
+{
+    int64_t r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        __m256 m8 = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256 m = halves8(row0 + (size_t)r * rb + (size_t)b * bs + 2, rb);
+            m8 = _mm256_fmadd_ps(m, _mm256_set1_ps(a->s[b]), m8);
+        }
+        _mm256_storeu_ps(out + r, _mm256_add_ps(_mm256_loadu_ps(out + r), m8));
+    }
+    for (; r < nr; r++) {
+        float mins = 0.0f;
+        for (int64_t b = 0; b < nb; b++)
+            mins = __builtin_fmaf(half(row0 + (size_t)r * rb + (size_t)b * bs + 2), a->s[b], mins);
+        out[r] += mins;
+    }
+}
+
+#define ROWS_MINS_AVX2(name, t, bs)                                                                   \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
+                                                    int64_t k, const act_row *a, float *out)         \
+    {                                                                                                \
+        for (int64_t r = 0; r < nr; r++)                                                             \
+            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
+        rows_mins_avx2(row0, rb, nr, bs, k / 32, a, out);                                            \
+    }
+ROWS_MINS_AVX2(rows_q4_1_avx2, LM_Q4_1, 20)
+ROWS_MINS_AVX2(rows_q5_1_avx2, LM_Q5_1, 24)
+#undef ROWS_MINS_AVX2
+
 /* Scale times code times activation over 32 codes (sc: each code pair's scale), into acc's lanes. */
 AVX2 static INLINE __m256i scaled_chunk(__m256i acc, __m256i u, const int8_t *a, __m256i sc)
 {
@@ -582,7 +620,7 @@ ROWS_AVX2(rows_q6_k_avx2, row_k_avx2, LM_Q6_K, 210)
 #undef ROWS_AVX2
 
 /*
- * One token through nr Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K rows (rb bytes
+ * One token through nr Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K rows (rb bytes
  * apart) without decoding them first: generation reads each row once, and
  * the decoded row's stores and loads had cost as much as the dot.  Returns
  * 0, doing nothing, for other types.
@@ -599,6 +637,8 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
         rows_q5_0_layout_avx2(row0, rb, nr, k, a, out);
         return 1;
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q4_1: rows_q4_1_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q5_1: rows_q5_1_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_K: rows_q4_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_K: rows_q5_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q6_K: rows_q6_k_avx2(row0, rb, nr, k, a, out); return 1;

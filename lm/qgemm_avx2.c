@@ -141,21 +141,6 @@ AVX2 static INLINE void put_nibbles(uint8_t *lo, uint8_t *hi, const __m256i *w, 
     }
 }
 
-/*
- * The f16 at p + r * rb of each of eight rows, as f32: inserted into a
- * vector one by one (stored as 16-bit values and read back as one vector,
- * they stalled on the store forwarding).
- */
-AVX2 static INLINE __m256 halves8(const uint8_t *p, size_t rb)
-{
-    uint16_t h[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; r++)
-        memcpy(&h[r], p + r * rb, 2);
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
-                                          (short)h[5], (short)h[6], (short)h[7]));
-}
-
 /* Q4_0, Q5_0, Q8_0: every block's codes and scale. */
 AVX2 static INLINE void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
 {

@@ -118,6 +118,21 @@ AVX2 static inline __m256i bits32(uint32_t bits)
  * kernels and qgemm_avx2.c use directly, so all unpack alike.
  */
 
+/*
+ * The f16 at p + r * rb of each of eight rows, as f32: inserted into a
+ * vector one by one (stored as 16-bit values and read back as one vector,
+ * they stalled on the store forwarding).
+ */
+AVX2 static INLINE __m256 halves8(const uint8_t *p, size_t rb)
+{
+    uint16_t h[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        memcpy(&h[r], p + r * rb, 2);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
+                                          (short)h[5], (short)h[6], (short)h[7]));
+}
+
 /* Block blk of a Q4_0, Q5_0 or Q8_0 row. */
 AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
 {
