@@ -66,7 +66,7 @@ AVX2 static void k_codes(uint32_t type, const uint8_t *blk, uint8_t *u)
 }
 
 /*
- * lm_k_scales_decode for Q4_K, Q5_K and Q6_K, with each group scale
+ * lm_k_scales_decode for the K-quants, with each group scale
  * broadcast to its four lanes of sc4 and the factors converted by F16C.
  * (Loading sc[] as vectors right after its int stores stalls on the
  * store forwarding; one value at a time the spreading took longer than
@@ -80,8 +80,8 @@ AVX2 static void k_scales_avx2(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
         _mm_storeu_si128((__m128i *)(r->sc4 + i * 64 + 4 * g), _mm_set1_epi32(sc[g]));
         r->mn[i * 16 + g] = (int16_t)mn[g];
     }
-    r->d[i] = half(t == LM_Q6_K ? b + 208 : b);
-    r->m[i] = t == LM_Q6_K ? 0.0f : half(b + 2);
+    r->d[i] = half(b + k_d_at(t));
+    r->m[i] = k_m_at(t) ? half(b + k_m_at(t)) : 0.0f;
 }
 
 /* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
@@ -98,7 +98,7 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
         decode_halves_avx2(r->f, type, b, k);
         return 1;
     }
-    if (type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
+    if (type != LM_Q2_K && type != LM_Q3_K && type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
         return 0;
     const size_t bs = lm_type_size(type);
     for (int64_t i = 0; i < k / 256; i++) {
@@ -547,11 +547,14 @@ static const uint16_t picks_pair[4][16] __attribute__((aligned(32))) = {PICKS(0,
 #undef PICKS
 #undef PICK
 
+/* K-quants of 16 groups of 16 codes (Q4_K and Q5_K: 8 of 32). */
+#define K_GROUPS16(t) ((t) == LM_Q2_K || (t) == LM_Q3_K || (t) == LM_Q6_K)
+
 /*
- * The sum over a Q4_K, Q5_K or Q6_K super-block of scale * unsigned code *
- * activation, in 8 lanes.  s16 holds the group scales as 16-bit words (Q6_K
+ * The sum over a K-quant super-block of scale * unsigned code *
+ * activation, in 8 lanes.  s16 holds the group scales as 16-bit words (Q2_K, Q3_K, Q6_K:
  * 16, the others 8 in the low half), and a chunk's (Q4_K, Q5_K: its 32-code
- * group's; Q6_K: groups 2c and 2c + 1, one a half) are spread by one byte
+ * group's; the others: groups 2c and 2c + 1, one a half) are spread by one byte
  * shuffle (building each from two scalars had cost five operations a chunk).
  */
 AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, __m256i s16)
@@ -561,7 +564,7 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) { /* codes 32c.. */
-        __m256i sc = t == LM_Q6_K
+        __m256i sc = K_GROUPS16(t)
                          ? _mm256_shuffle_epi8(c < 4 ? lo : hi, _mm256_load_si256((const __m256i *)picks_pair[c % 4]))
                          : _mm256_shuffle_epi8(lo, _mm256_load_si256((const __m256i *)picks_same[c]));
         acc = scaled_chunk(acc, k_codes32(t, blk, c), a + 32 * c, sc);
@@ -569,9 +572,30 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
     return acc;
 }
 
+/* A Q2_K or Q3_K super-block's 16 group scales as 16-bit words, and (Q2_K) its mins. */
+AVX2 static INLINE __m256i q23k_scales(uint32_t t, const uint8_t *blk, __m256i *mins)
+{
+    if (t == LM_Q2_K) { /* a byte a group: the scale in the low nibble, the min in the high */
+        const __m128i b = _mm_loadu_si128((const __m128i *)blk), m4 = _mm_set1_epi8(0x0f);
+        *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
+        return _mm256_cvtepu8_epi16(_mm_and_si128(b, m4));
+    }
+    /* Q3_K (lm_k_scales): group g's low four bits from byte g % 8 of blk + 96 (g < 8: its low
+       nibble), its top two from byte 8 + g % 4 (bits 2 (g / 4)..), less 32 */
+    const uint8_t *p = blk + 96;
+    const __m128i m4 = _mm_set1_epi8(0x0f), x = _mm_loadl_epi64((const __m128i *)p);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    int32_t h;
+    memcpy(&h, p + 8, 4);
+    __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+    *mins = _mm256_setzero_si256();
+    return _mm256_cvtepi8_epi16(sc);
+}
+
 /*
  * lm_dot_k_avx2 on a row's super-blocks as stored.  The code offset (Q6_K:
- * 32) comes off as offset * sum of scale * group's activation sum, an
+ * 32, Q3_K: 4) comes off as offset * sum of scale * group's activation sum, an
  * exact integer as well; the float steps are lm_dot_k_scalar's.
  */
 AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t b0, int64_t b1,
@@ -586,6 +610,13 @@ AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs,
         if (t == LM_Q6_K) { /* codes 0..63 for -32..31: 32 * sum of scale * activation sum off */
             scales = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
             corr = 32 * group_dot16(scales, s16);
+        } else if (t == LM_Q2_K || t == LM_Q3_K) { /* Q3_K: codes 0..7 for -4..3 */
+            __m256i mins16;
+            scales = q23k_scales(t, blk, &mins16);
+            if (t == LM_Q3_K)
+                corr = 4 * group_dot16(scales, s16);
+            else
+                msum = group_dot16(mins16, s16);
         } else {
             uint64_t sc8, mn8;
             k4_scales8(blk + 4, &sc8, &mn8);
@@ -594,7 +625,7 @@ AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs,
             msum = group_dot16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), s16); /* each min twice */
         }
         int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, scales)) - corr;
-        float d = half(t == LM_Q6_K ? blk + 208 : blk), m = t == LM_Q6_K ? 0.0f : half(blk + 2);
+        float d = half(blk + k_d_at(t)), m = k_m_at(t) ? half(blk + k_m_at(t)) : 0.0f;
         acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
         mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
     }
@@ -614,13 +645,15 @@ AVX2 void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b
     k_blocks_avx2(t, row, lm_type_size(t), b0, b1, a, acc, mins);
 }
 
+ROWS_AVX2(rows_q2_k_avx2, row_k_avx2, LM_Q2_K, 84)
+ROWS_AVX2(rows_q3_k_avx2, row_k_avx2, LM_Q3_K, 110)
 ROWS_AVX2(rows_q4_k_avx2, row_k_avx2, LM_Q4_K, 144)
 ROWS_AVX2(rows_q5_k_avx2, row_k_avx2, LM_Q5_K, 176)
 ROWS_AVX2(rows_q6_k_avx2, row_k_avx2, LM_Q6_K, 210)
 #undef ROWS_AVX2
 
 /*
- * One token through nr Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K rows (rb bytes
+ * One token through nr Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or K-quant rows (rb bytes
  * apart) without decoding them first: generation reads each row once, and
  * the decoded row's stores and loads had cost as much as the dot.  Returns
  * 0, doing nothing, for other types.
@@ -639,6 +672,8 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_1: rows_q4_1_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_1: rows_q5_1_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q2_K: rows_q2_k_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q3_K: rows_q3_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_K: rows_q4_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_K: rows_q5_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q6_K: rows_q6_k_avx2(row0, rb, nr, k, a, out); return 1;

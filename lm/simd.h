@@ -175,10 +175,39 @@ AVX2 static INLINE __m256i q6k_codes32(const uint8_t *blk, int c)
     return _mm256_or_si256(low, _mm256_slli_epi16(h, 4));
 }
 
-/* Codes 32c..32c+31 of a Q4_K, Q5_K or Q6_K super-block. */
+/* Codes 32c..32c+31 (c = 4n + j) of a Q2_K super-block (two bits), or of a Q3_K one (and 4 where the
+   hmask bit is set: code + 4). */
+AVX2 static INLINE __m256i q23k_codes32(const uint8_t *blk, int c, int three)
+{
+    const int n = c / 4, j = c % 4;
+    __m256i q = _mm256_loadu_si256((const __m256i *)(blk + (three ? 32 : 16) + 32 * n));
+    __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+    if (three) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)blk);
+        __m256i bit = _mm256_and_si256(_mm256_srli_epi16(h, 4 * n + j), _mm256_set1_epi8(1));
+        u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 2));
+    }
+    return u;
+}
+
+/* Codes 32c..32c+31 of a K-quant super-block. */
 AVX2 static INLINE __m256i k_codes32(uint32_t t, const uint8_t *blk, int c)
 {
-    return t == LM_Q6_K ? q6k_codes32(blk, c) : q45k_codes32(blk, c, t == LM_Q5_K);
+    if (t == LM_Q6_K)
+        return q6k_codes32(blk, c);
+    if (t == LM_Q2_K || t == LM_Q3_K)
+        return q23k_codes32(blk, c, t == LM_Q3_K);
+    return q45k_codes32(blk, c, t == LM_Q5_K);
+}
+
+/* Where a K-quant super-block keeps its factor d and (0: none) its min factor. */
+static inline size_t k_d_at(uint32_t t)
+{
+    return t == LM_Q2_K ? 80 : t == LM_Q3_K ? 108 : t == LM_Q6_K ? 208 : 0;
+}
+static inline size_t k_m_at(uint32_t t)
+{
+    return t == LM_Q2_K ? 82 : t == LM_Q4_K || t == LM_Q5_K ? 2 : 0;
 }
 
 /*
