@@ -1,6 +1,6 @@
 /*
- * lm/qgemm_avx2.c - several tokens through Q4_0, Q5_0, Q8_0, Q4_K, Q5_K
- * and Q6_K rows, eight rows at a time, on x86 CPUs with AVX2 but not
+ * lm/qgemm_avx2.c - several tokens through Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q4_K, Q5_K and Q6_K rows, eight rows at a time, on x86 CPUs with AVX2 but not
  * AVX-512 (prompts; qgemm.c is the AVX-512 kernel of the same job).
  *
  * A token at a time (qdot_avx2.c), every 32 codes of a row cost each token
@@ -47,7 +47,8 @@ size_t lm_rows8_bytes(int64_t k)
 
 int lm_rows8_type(uint32_t t)
 {
-    return t == LM_Q4_0 || t == LM_Q5_0 || t == LM_Q8_0 || t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
+    return t == LM_Q4_0 || t == LM_Q4_1 || t == LM_Q5_0 || t == LM_Q5_1 || t == LM_Q8_0 || t == LM_Q4_K ||
+           t == LM_Q5_K || t == LM_Q6_K;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -141,23 +142,26 @@ AVX2 static INLINE void put_nibbles(uint8_t *lo, uint8_t *hi, const __m256i *w, 
     }
 }
 
-/* Q4_0, Q5_0, Q8_0: every block's codes and scale. */
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: every block's codes and scale (and min). */
 AVX2 static INLINE void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, size_t rb, int64_t k)
 {
     const size_t bs = lm_type_size(t);
+    const int four = t == LM_Q4_0 || t == LM_Q4_1;
     for (int64_t b = 0; b < k / 32; b++) {
         __m256i v[8];
         const uint8_t *qs[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = row0 + r * rb + b * bs;
-            qs[r] = blk + 2;
-            if (t != LM_Q4_0)
+            qs[r] = blk + (t == LM_Q4_1 ? 4 : 2);
+            if (!four)
                 v[r] = t == LM_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : b32_codes32(t, blk);
         }
         _mm256_storeu_ps(w->d + b * 8, halves8(row0 + b * bs, rb));
+        if (t == LM_Q4_1 || t == LM_Q5_1)
+            _mm256_storeu_ps(w->m + b * 8, halves8(row0 + b * bs + 2, rb));
         uint8_t *dst = w->codes + b * 256;
-        if (t == LM_Q4_0) { /* codes 0-15 the low nibbles of the 16 bytes, 16-31 the high ones */
+        if (four) { /* codes 0-15 the low nibbles of the 16 bytes, 16-31 the high ones */
             __m256i q[4];
             transpose8x4(qs, q);
             put_nibbles(dst, dst + 4 * 32, q, 4, NULL, 0);
@@ -396,9 +400,10 @@ AVX2 static INLINE void run_sums(const uint8_t *codes, int s0, const int run, co
 
 /*
  * Block b's exact integer sums for T tokens (is[i], a lane a row): the
- * codes less their offset times the activations.  Q4_0 pair sums reach at
- * most 2 * 15 * 127, so eight steps add up in 16 bits; Q5_0's 2 * 31 * 127,
- * four steps.  Q8_0's codes are signed: their signs go onto the
+ * codes less their offset times the activations.  Q4_0 (Q4_1) pair sums reach at
+ * most 2 * 15 * 127, so eight steps add up in 16 bits; Q5_0's (Q5_1's) 2 * 31 * 127,
+ * four steps.  Q4_1's and Q5_1's codes have no offset (their mins are
+ * tile_b32's).  Q8_0's codes are signed: their signs go onto the
  * activations (sign trick) and every step widens.
  */
 AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_row *a, int64_t b, const int T,
@@ -420,7 +425,8 @@ AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_r
         }
         return;
     }
-    const int off = t == LM_Q4_0 ? 8 : 16, run = t == LM_Q4_0 ? 8 : 4;
+    const int four = t == LM_Q4_0 || t == LM_Q4_1, run = four ? 8 : 4;
+    const int off = t == LM_Q4_0 ? 8 : t == LM_Q5_0 ? 16 : 0; /* (Q4_1, Q5_1: none) */
     const int8_t *q[4];
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++)
@@ -428,6 +434,8 @@ AVX2 static INLINE void block_sums(uint32_t t, const uint8_t *codes, const act_r
 #pragma GCC unroll 2
     for (int h = 0; h < 8; h += run)
         run_sums(codes, h, run, q, T, ones, is);
+    if (!off)
+        return;
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++) /* the offset: off times the block's activation sum */
         is[i] = _mm256_add_epi32(is[i], _mm256_set1_epi32(-off * (a[i].sum16[2 * b] + a[i].sum16[2 * b + 1])));
@@ -461,9 +469,25 @@ AVX2 static INLINE void tile_b32(uint32_t t, const rows8 *w, int64_t k, const ac
         for (int i = 0; i < T; i++)
             lanes[i][j] = acc[i];
     }
+    if (t != LM_Q4_1 && t != LM_Q5_1) {
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            _mm256_storeu_ps(out + i * ldo, hsum16_rows(lanes[i]));
+        return;
+    }
+    __m256 mins[4]; /* each row's min terms, a chain in block order (lm_dot_b32_scalar) */
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++)
-        _mm256_storeu_ps(out + i * ldo, hsum16_rows(lanes[i]));
+        mins[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 mw = _mm256_loadu_ps(w->m + b * 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < T; i++)
+            mins[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a[i].s[b]), mins[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        _mm256_storeu_ps(out + i * ldo, _mm256_add_ps(hsum16_rows(lanes[i]), mins[i]));
 }
 
 /*
@@ -555,7 +579,9 @@ AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_
         }                                                                                                 \
     }
 TOKENS8(tokens_q4_0, unpack_b32, tile_b32, LM_Q4_0, LM_Q4_0)
+TOKENS8(tokens_q4_1, unpack_b32, tile_b32, LM_Q4_1, LM_Q4_1)
 TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0, LM_Q5_0)
+TOKENS8(tokens_q5_1, unpack_b32, tile_b32, LM_Q5_1, LM_Q5_1)
 TOKENS8(tokens_q5_0_lanes, unpack_q5_lanes, tile_b32, LM_Q5_0_LANES, LM_Q5_0)
 TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0, LM_Q8_0)
 TOKENS8(tokens_q4_k, unpack_k, tile_k, LM_Q4_K, LM_Q4_K)
@@ -575,7 +601,9 @@ AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, c
 {
     switch (t) {
     case LM_Q4_0: tokens_q4_0(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q4_1: tokens_q4_1(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_0: tokens_q5_0(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q5_1: tokens_q5_1(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_0_LANES: tokens_q5_0_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q8_0: tokens_q8_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K: tokens_q4_k(row0, rb, k, a, nt, out, ldo, scratch); break;
