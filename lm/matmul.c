@@ -401,7 +401,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
         (s->gfni ? lm_rows_k_gfni : lm_rows_k_avx512)(w->type, row, rb, e - a, k, acts + t0, nt, o, (size_t)rows))
         return 1;
     /* one token through types with no AVX-512 kernel: the AVX2 one, as stored, not decoded first */
-    const int avx2_only = w->type == LM_Q4_1 || w->type == LM_Q5_1 || w->type == LM_Q2_K || w->type == LM_Q3_K;
+    const int avx2_only = w->type == LM_Q4_1 || w->type == LM_Q5_1 || w->type == LM_Q2_K || w->type == LM_Q3_K ||
+                          w->type == LM_F16 || w->type == LM_BF16;
     return nt == 1 && avx2_only && s->isa >= LM_ISA_AVX2 && lm_rows_avx2(w->type, row, rb, e - a, k, &acts[t0], o);
 }
 

@@ -44,15 +44,19 @@ AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
     }
 }
 
-/* F16 and BF16 rows as floats, eight at a time (both conversions exact, as lm_dequant_row's). */
+/* Eight F16 or BF16 values at p as floats (both conversions exact, as lm_dequant_row's). */
+AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
+{
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return t == LM_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* F16 and BF16 rows as floats, eight at a time. */
 AVX2 static void decode_halves_avx2(float *f, uint32_t t, const uint8_t *src, int64_t k)
 {
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)(src + 2 * i));
-        _mm256_storeu_ps(f + i, t == LM_F16 ? _mm256_cvtph_ps(h)
-                                            : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    }
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(f + i, halves_ps(t, src + 2 * i));
     if (i < k)
         lm_dequant_row(t, src + 2 * i, f + i, k - i);
 }
@@ -236,6 +240,29 @@ AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
     _mm256_storeu_ps(acc + 8, hi);
     for (int j = 0; i < n; i++, j++)
         acc[j] = __builtin_fmaf(x[i], y[i], acc[j]);
+    return lm_hsum16(acc);
+}
+
+/* lm_dot_f_avx2 of an F16 or BF16 row as stored (bs unused) with a token's floats: no decoded copy. */
+AVX2 static INLINE float row_halves_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+{
+    (void)bs;
+    const float *y = a->f;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        if (i % 64 == 0) /* two lines a step of 64 values */
+            lm_prefetch_ahead(row + 2 * i, 128, 1, a->ahead);
+        lo = _mm256_fmadd_ps(halves_ps(t, row + 2 * i), _mm256_loadu_ps(y + i), lo);
+        hi = _mm256_fmadd_ps(halves_ps(t, row + 2 * i + 16), _mm256_loadu_ps(y + i + 8), hi);
+    }
+    float acc[16], w[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    if (i < k)
+        lm_dequant_row(t, row + 2 * i, w, k - i); /* the last 1-15 */
+    for (int j = 0; i < k; i++, j++)
+        acc[j] = __builtin_fmaf(w[j], y[i], acc[j]);
     return lm_hsum16(acc);
 }
 
@@ -645,6 +672,8 @@ AVX2 void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b
     k_blocks_avx2(t, row, lm_type_size(t), b0, b1, a, acc, mins);
 }
 
+ROWS_AVX2(rows_f16_avx2, row_halves_avx2, LM_F16, 2)
+ROWS_AVX2(rows_bf16_avx2, row_halves_avx2, LM_BF16, 2)
 ROWS_AVX2(rows_q2_k_avx2, row_k_avx2, LM_Q2_K, 84)
 ROWS_AVX2(rows_q3_k_avx2, row_k_avx2, LM_Q3_K, 110)
 ROWS_AVX2(rows_q4_k_avx2, row_k_avx2, LM_Q4_K, 144)
@@ -653,7 +682,7 @@ ROWS_AVX2(rows_q6_k_avx2, row_k_avx2, LM_Q6_K, 210)
 #undef ROWS_AVX2
 
 /*
- * One token through nr Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or K-quant rows (rb bytes
+ * One token through nr F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or K-quant rows (rb bytes
  * apart) without decoding them first: generation reads each row once, and
  * the decoded row's stores and loads had cost as much as the dot.  Returns
  * 0, doing nothing, for other types.
@@ -672,6 +701,8 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_1: rows_q4_1_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_1: rows_q5_1_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_F16: rows_f16_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_BF16: rows_bf16_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q2_K: rows_q2_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q3_K: rows_q3_k_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_K: rows_q4_k_avx2(row0, rb, nr, k, a, out); return 1;

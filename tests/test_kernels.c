@@ -488,8 +488,9 @@ START_TEST(test_fast_paths_bitwise)
     static uint8_t row[KMAX * 4], act[8][KMAX * 8];
     static qrow_buf ref, fast;
     /* 24 and 23 blocks; 7 super-blocks, past K-quants' four lanes (56 blocks); 32 blocks, whole runs
-       of 16; 28 blocks (qwen2.5-0.5b's rows), a run of 16 and 12 more */
-    static const int widths[] = {K, K - 32, KMAX - 256, 1024, 896};
+       of 16; 28 blocks (qwen2.5-0.5b's rows), a run of 16 and 12 more; float rows whose last 15
+       values are past the 16-lane steps */
+    static const int widths[] = {K, K - 32, KMAX - 256, 1024, 896, 1007};
     for (int t = 0; t < 8; t++)
         for (int i = 0; i < KMAX; i++)
             x[t][i] = cosf((float)(i * (t + 1)) * 0.11f) * (1.0f + (float)((i + t) % 7));
