@@ -569,8 +569,9 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
     const int tiles = grouped && s->amx;
-    const int eights = s->isa == LM_ISA_AVX2 && n_tok > 1 && lm_rows8_type(w->type) &&
-                       (!in_lanes(w) || lanes_native(w, s));
+    const int mins_b32 = w->type == LM_Q4_1 || w->type == LM_Q5_1; /* (no AVX-512 kernel: AVX2's there too) */
+    const int eights = (s->isa == LM_ISA_AVX2 || (mins_b32 && s->isa >= LM_ISA_AVX512)) && n_tok > 1 &&
+                       lm_rows8_type(w->type) && (!in_lanes(w) || lanes_native(w, s));
     int block = grouped ? GROUPED_BLOCK : TOKEN_BLOCK;
     while (grouped && !tiles && block > 64 && (size_t)block * lm_tgroup_bytes(w->ne[0]) / 16 > GROUPS_L2)
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */
