@@ -104,8 +104,10 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx2(const qrow *w, const act_row *a);
 float lm_dot_k_avx2(const qrow *w, const act_row *a);
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n);
-/* One token through nr Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows read as stored (or LM_Q5_0_LANES: Q5_0 in its
-   lanes layout, against a token in lanes), AVX2; 0: not this type (nothing done) */
+/* lm_dot_f_avx2(x, a[t].f, n) into out[t * ld] for t = 0..3 */
+void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, size_t ld);
+/* One token through nr F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/K-quant rows read as stored (or LM_Q5_0_LANES: Q5_0
+   in its lanes layout, against a token in lanes), AVX2; 0: not this type (nothing done) */
 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                  float *out);
 /* qgemm_avx2.c: nt tokens through 8 rows of a type lm_rows8_type takes, AVX2: out[i * ldo + r];

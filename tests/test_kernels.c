@@ -454,6 +454,10 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
         ck_assert_msg(!memcmp(&f, &want[t], 4), "%s k=%d isa %d: dot %a vs scalar %a", lm_type_name(ty), k, isa, f,
                       want[t]);
     }
+    lm_qrow_dots(&fast->r, ar, 8, got, 1, isa); /* the same, several tokens a pass */
+    for (int t = 0; t < 8; t++)
+        ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d isa %d: token %d of 8 %a vs scalar %a",
+                      lm_type_name(ty), k, isa, t, got[t], want[t]);
     if (isa == LM_ISA_AVX2) {
         const size_t rb = lm_row_bytes(ty, k);
         for (int t = 0; t < 8 && lm_rows_avx2(ty, row, rb, 1, k, &ar[t], &got[t]); t++)
