@@ -99,77 +99,40 @@ static inline __m512i emu_mm512_srai_epi32(__m512i a, unsigned n)
 
 /* ---- conversions */
 
-static inline __m128i emu_mm256_cvtepi32_epi16(__m256i a)
-{
-    EMU_LANES(int32_t, 8, x, a);
-    int16_t r[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = (int16_t)x[i];
-    EMU_RETURN(__m128i, r);
-}
+/* Each lane converted by a C cast (narrowing keeps the low bits, as the instructions do). */
+#define EMU_CAST(name, vin, tin, vout, tout, n) \
+    static inline vout name(vin a)              \
+    {                                           \
+        EMU_LANES(tin, n, x, a);                \
+        tout r[n];                              \
+        for (int i = 0; i < n; i++)             \
+            r[i] = (tout)x[i];                  \
+        EMU_RETURN(vout, r);                    \
+    }
+EMU_CAST(emu_mm256_cvtepi32_epi16, __m256i, int32_t, __m128i, int16_t, 8)
+EMU_CAST(emu_mm512_cvtepi32_epi16, __m512i, int32_t, __m256i, int16_t, 16)
+EMU_CAST(emu_mm512_cvtepi32_epi8, __m512i, int32_t, __m128i, int8_t, 16)
+EMU_CAST(emu_mm512_cvtepu8_epi16, __m256i, uint8_t, __m512i, int16_t, 32)
 #define _mm256_cvtepi32_epi16(a) emu_mm256_cvtepi32_epi16(a)
-
-static inline __m256i emu_mm512_cvtepi32_epi16(__m512i a)
-{
-    EMU_LANES(int32_t, 16, x, a);
-    int16_t r[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = (int16_t)x[i];
-    EMU_RETURN(__m256i, r);
-}
 #define _mm512_cvtepi32_epi16(a) emu_mm512_cvtepi32_epi16(a)
-
-static inline __m128i emu_mm512_cvtepi32_epi8(__m512i a)
-{
-    EMU_LANES(int32_t, 16, x, a);
-    int8_t r[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = (int8_t)x[i];
-    EMU_RETURN(__m128i, r);
-}
 #define _mm512_cvtepi32_epi8(a) emu_mm512_cvtepi32_epi8(a)
-
-static inline __m512i emu_mm512_cvtepu8_epi16(__m256i a)
-{
-    EMU_LANES(uint8_t, 32, x, a);
-    int16_t r[32];
-    for (int i = 0; i < 32; i++)
-        r[i] = x[i];
-    EMU_RETURN(__m512i, r);
-}
 #define _mm512_cvtepu8_epi16(a) emu_mm512_cvtepu8_epi16(a)
 
-/* The conversions to and from floats on the 256-bit instructions: the same rounding. */
-static inline __m512 emu_mm512_cvtepi32_ps(__m512i a)
-{
-    EMU_LANES(__m256i, 2, x, a);
-    __m256 r[2] = {_mm256_cvtepi32_ps(x[0]), _mm256_cvtepi32_ps(x[1])};
-    EMU_RETURN(__m512, r);
-}
+/* The conversions to and from floats on the 256-bit instructions, half by half: the same rounding. */
+#define EMU_HALVES(name, vin, hin, vout, hout, op) \
+    static inline vout name(vin a)                 \
+    {                                              \
+        EMU_LANES(hin, 2, x, a);                   \
+        hout r[2] = {op(x[0]), op(x[1])};          \
+        EMU_RETURN(vout, r);                       \
+    }
+EMU_HALVES(emu_mm512_cvtepi32_ps, __m512i, __m256i, __m512, __m256, _mm256_cvtepi32_ps)
+EMU_HALVES(emu_mm512_cvtps_epi32, __m512, __m256, __m512i, __m256i, _mm256_cvtps_epi32)
+EMU_HALVES(emu_mm512_cvtps_pd, __m256, __m128, __m512d, __m256d, _mm256_cvtps_pd)
+EMU_HALVES(emu_mm512_cvtph_ps, __m256i, __m128i, __m512, __m256, _mm256_cvtph_ps)
 #define _mm512_cvtepi32_ps(a) emu_mm512_cvtepi32_ps(a)
-
-static inline __m512i emu_mm512_cvtps_epi32(__m512 a)
-{
-    EMU_LANES(__m256, 2, x, a);
-    __m256i r[2] = {_mm256_cvtps_epi32(x[0]), _mm256_cvtps_epi32(x[1])};
-    EMU_RETURN(__m512i, r);
-}
 #define _mm512_cvtps_epi32(a) emu_mm512_cvtps_epi32(a)
-
-static inline __m512d emu_mm512_cvtps_pd(__m256 a)
-{
-    EMU_LANES(__m128, 2, x, a);
-    __m256d r[2] = {_mm256_cvtps_pd(x[0]), _mm256_cvtps_pd(x[1])};
-    EMU_RETURN(__m512d, r);
-}
 #define _mm512_cvtps_pd(a) emu_mm512_cvtps_pd(a)
-
-static inline __m512 emu_mm512_cvtph_ps(__m256i a)
-{
-    EMU_LANES(__m128i, 2, x, a);
-    __m256 r[2] = {_mm256_cvtph_ps(x[0]), _mm256_cvtph_ps(x[1])};
-    EMU_RETURN(__m512, r);
-}
 #define _mm512_cvtph_ps(a) emu_mm512_cvtph_ps(a)
 
 #define _mm512_cvtps_ph(a, imm)                                                            \
@@ -185,41 +148,24 @@ static inline __m512 emu_mm512_cvtph_ps(__m256i a)
 
 /* ---- masked arithmetic (the multiply-adds fused, as the instructions are) */
 
-static inline __m512 emu_mm512_mask3_fmadd_ps(__m512 a, __m512 b, __m512 c, __mmask16 k)
-{
-    EMU_LANES(float, 16, x, a);
-    EMU_LANES(float, 16, y, b);
-    EMU_LANES(float, 16, z, c);
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            z[i] = __builtin_fmaf(x[i], y[i], z[i]);
-    EMU_RETURN(__m512, z);
-}
+/* Lanes where k is set: dst = expr of x, y, z (the lanes of a, b, c); the others keep dst. */
+#define EMU_MASKED(name, v, n, mtype, dst, expr)                        \
+    static inline v name(v a, v b, v c, mtype k)                        \
+    {                                                                   \
+        EMU_LANES(float, n, x, a);                                      \
+        EMU_LANES(float, n, y, b);                                      \
+        EMU_LANES(float, n, z, c);                                      \
+        for (int i = 0; i < n; i++)                                     \
+            if (k >> i & 1)                                             \
+                dst[i] = expr;                                          \
+        EMU_RETURN(v, dst);                                             \
+    }
+EMU_MASKED(emu_mm512_mask3_fmadd_ps, __m512, 16, __mmask16, z, __builtin_fmaf(x[i], y[i], z[i]))
+EMU_MASKED(emu_mm256_mask3_fmadd_ps, __m256, 8, __mmask8, z, __builtin_fmaf(x[i], y[i], z[i]))
+EMU_MASKED(emu_mm256_mask_add_ps, __m256, 8, __mmask8, x, y[i] + z[i]) /* x: src, y + z: a + b */
 #define _mm512_mask3_fmadd_ps(a, b, c, k) emu_mm512_mask3_fmadd_ps(a, b, c, k)
-
-static inline __m256 emu_mm256_mask3_fmadd_ps(__m256 a, __m256 b, __m256 c, __mmask8 k)
-{
-    EMU_LANES(float, 8, x, a);
-    EMU_LANES(float, 8, y, b);
-    EMU_LANES(float, 8, z, c);
-    for (int i = 0; i < 8; i++)
-        if (k >> i & 1)
-            z[i] = __builtin_fmaf(x[i], y[i], z[i]);
-    EMU_RETURN(__m256, z);
-}
 #define _mm256_mask3_fmadd_ps(a, b, c, k) emu_mm256_mask3_fmadd_ps(a, b, c, k)
-
-static inline __m256 emu_mm256_mask_add_ps(__m256 src, __mmask8 k, __m256 a, __m256 b)
-{
-    EMU_LANES(float, 8, s, src);
-    EMU_LANES(float, 8, x, a);
-    EMU_LANES(float, 8, y, b);
-    for (int i = 0; i < 8; i++)
-        if (k >> i & 1)
-            s[i] = x[i] + y[i];
-    EMU_RETURN(__m256, s);
-}
-#define _mm256_mask_add_ps(src, k, a, b) emu_mm256_mask_add_ps(src, k, a, b)
+#define _mm256_mask_add_ps(src, k, a, b) emu_mm256_mask_add_ps(src, a, b, k)
 
 /* ---- reductions: GCC's trees (avx512fintrin.h) */
 
@@ -285,26 +231,19 @@ EMU_MASK_STORE(emu_mm512_mask_storeu_ps, __m512, float, 16, __mmask16)
 
 /* ---- gathers of 32-bit values at base + index * scale */
 
-static inline __m512i emu_mm512_mask_i32gather_epi32(__m512i src, __mmask16 k, __m512i at, const void *base, int scale)
-{
-    EMU_LANES(int32_t, 16, r, src);
-    EMU_LANES(int32_t, 16, idx, at);
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            memcpy(&r[i], (const char *)base + (int64_t)idx[i] * scale, 4);
-    EMU_RETURN(__m512i, r);
-}
+#define EMU_GATHER(name, v, n, mtype)                                                   \
+    static inline v name(v src, mtype k, v at, const void *base, int scale)            \
+    {                                                                                   \
+        EMU_LANES(int32_t, n, r, src);                                                  \
+        EMU_LANES(int32_t, n, idx, at);                                                 \
+        for (int i = 0; i < n; i++)                                                     \
+            if (k >> i & 1)                                                             \
+                memcpy(&r[i], (const char *)base + (int64_t)idx[i] * scale, 4);         \
+        EMU_RETURN(v, r);                                                               \
+    }
+EMU_GATHER(emu_mm512_mask_i32gather_epi32, __m512i, 16, __mmask16)
+EMU_GATHER(emu_mm_mmask_i32gather_epi32, __m128i, 4, __mmask8)
 #define _mm512_mask_i32gather_epi32(src, k, at, base, scale) emu_mm512_mask_i32gather_epi32(src, k, at, base, scale)
-
-static inline __m128i emu_mm_mmask_i32gather_epi32(__m128i src, __mmask8 k, __m128i at, const void *base, int scale)
-{
-    EMU_LANES(int32_t, 4, r, src);
-    EMU_LANES(int32_t, 4, idx, at);
-    for (int i = 0; i < 4; i++)
-        if (k >> i & 1)
-            memcpy(&r[i], (const char *)base + (int64_t)idx[i] * scale, 4);
-    EMU_RETURN(__m128i, r);
-}
 #define _mm_mmask_i32gather_epi32(src, k, at, base, scale) emu_mm_mmask_i32gather_epi32(src, k, at, base, scale)
 
 #endif
