@@ -47,8 +47,8 @@ size_t lm_rows8_bytes(int64_t k)
 
 int lm_rows8_type(uint32_t t)
 {
-    return t == LM_Q4_0 || t == LM_Q4_1 || t == LM_Q5_0 || t == LM_Q5_1 || t == LM_Q8_0 || t == LM_Q4_K ||
-           t == LM_Q5_K || t == LM_Q6_K;
+    return t == LM_Q4_0 || t == LM_Q4_1 || t == LM_Q5_0 || t == LM_Q5_1 || t == LM_Q8_0 || t == LM_Q2_K ||
+           t == LM_Q3_K || t == LM_Q4_K || t == LM_Q5_K || t == LM_Q6_K;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -294,18 +294,19 @@ AVX2 static INLINE void unpack_k4_lanes_codes(uint8_t *dst, const uint8_t *step,
 }
 
 /*
- * Q4_K, Q5_K, Q6_K (or LM_Q4_K_LANES: Q4_K in its lanes layout): codes,
- * the scale of each group (Q6_K: 16 codes, the others 32), the factors of
- * the 16-code sums (Q6_K: its scales, for the code offset 32; the others:
- * each 32-code group's min, twice) and d, m.  Each row's values are made
- * as a row of lanes and then turned, like the codes.
+ * K-quants (or LM_Q4_K_LANES: Q4_K in its lanes layout): codes, the scale
+ * of each group (Q2_K, Q3_K, Q6_K: 16 codes, the others 32), the factors of
+ * the 16-code sums (Q3_K, Q6_K: their scales, for the code offsets 4 and
+ * 32; Q2_K: its mins; Q4_K, Q5_K: each 32-code group's min, twice) and d,
+ * m.  Each row's values are made as a row of lanes and then turned, like
+ * the codes.
  */
 AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, size_t rb, int64_t k)
 {
     const int lanes = tag == LM_Q4_K_LANES;
     const uint32_t t = lanes ? LM_Q4_K : tag;
     const size_t bs = lm_type_size(t);
-    const int six = t == LM_Q6_K, ng = six ? 16 : 8;
+    const int g16 = t == LM_Q2_K || t == LM_Q3_K || t == LM_Q6_K, ng = g16 ? 16 : 8;
     const int64_t whole = lanes ? k / 1024 * 4 : 0; /* super-blocks in the layout's steps */
     for (int64_t b = 0; b < k / 256; b++) {
         __m256i sc[2][8], pairs[8];
@@ -314,10 +315,11 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
         const uint8_t *step = row0 + LM_Q4_K_STEP_BYTES * (size_t)(b / 4);
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = row0 + r * rb + head;
-            if (six) { /* 16 signed scales: as int16 they are the pairs; each twice, the groups' lanes */
-                __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+            if (g16) { /* 16 scales: as int16 (Q2_K: its mins) the pairs; each twice, the groups' lanes */
+                __m256i mins, s16 = t == LM_Q6_K ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)))
+                                                 : q23k_scales(t, blk, &mins);
                 __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
-                pairs[r] = s16;
+                pairs[r] = t == LM_Q2_K ? mins : s16;
                 sc[0][r] = _mm256_permute2x128_si256(lo, hi, 0x20);
                 sc[1][r] = _mm256_permute2x128_si256(lo, hi, 0x31);
             } else {
@@ -333,9 +335,9 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
             put_lanes8((uint8_t *)(w->sc + (b * ng + 8 * h) * 8), sc[h]);
         put_lanes8((uint8_t *)(w->pairs + b * 64), pairs);
         const uint8_t *blk = row0 + head;
-        _mm256_storeu_ps(w->d + b * 8, halves8(six ? blk + 208 : blk, rb));
-        _mm256_storeu_ps(w->m + b * 8, six ? _mm256_setzero_ps() : halves8(blk + 2, rb));
-        if (six) {
+        _mm256_storeu_ps(w->d + b * 8, halves8(blk + k_d_at(t), rb));
+        _mm256_storeu_ps(w->m + b * 8, k_m_at(t) ? halves8(blk + k_m_at(t), rb) : _mm256_setzero_ps());
+        if (g16) {
             for (int c = 0; c < 8; c++) {
                 __m256i v[8];
                 for (int r = 0; r < 8; r++)
@@ -493,14 +495,15 @@ AVX2 static INLINE void tile_b32(uint32_t t, const rows8 *w, int64_t k, const ac
 /*
  * Super-block b's integer sums for T tokens: scale * code * activation
  * (is[i]) and the 16-code sums times their factors (ps[i]).  Pair sums run
- * 16 bits for 8 steps (Q4_K: 2 * 15 * 127 each), 4 (Q5_K) or 2 (Q6_K:
- * 2 * 63 * 127), then one vpmaddwd by the group's scale widens them.
+ * 16 bits for 8 steps (Q4_K: 2 * 15 * 127 each), 4 (Q5_K; Q2_K and Q3_K:
+ * a 16-code group) or 2 (Q6_K: 2 * 63 * 127), then one vpmaddwd by the
+ * group's scale widens them.
  */
 AVX2 static INLINE void superblock_sums8(uint32_t t, const rows8 *w, const act_row *a, int64_t b, const int T,
                                          __m256i is[4], __m256i ps[4])
 {
-    const int ng = t == LM_Q6_K ? 16 : 8, per_group = 64 / ng;
-    const int run = t == LM_Q4_K ? 8 : t == LM_Q5_K ? 4 : 2;
+    const int ng = t == LM_Q4_K || t == LM_Q5_K ? 8 : 16, per_group = 64 / ng;
+    const int run = t == LM_Q4_K ? 8 : t == LM_Q6_K ? 2 : 4;
     const uint8_t *codes = w->codes + b * 64 * 32;
     const int8_t *q[4];
 #pragma GCC unroll 4
@@ -542,8 +545,9 @@ AVX2 static INLINE void tile_k(uint32_t t, const rows8 *w, int64_t k, const act_
         const int j = (int)(b % LM_K_LANES);
 #pragma GCC unroll 4
         for (int i = 0; i < T; i++) {
-            __m256i isum = t == LM_Q6_K ? _mm256_sub_epi32(is[i], _mm256_slli_epi32(ps[i], 5)) : is[i];
-            __m256i msum = t == LM_Q6_K ? _mm256_setzero_si256() : ps[i];
+            const int off = t == LM_Q6_K ? 5 : t == LM_Q3_K ? 2 : 0; /* log2 of the code offset */
+            __m256i isum = off ? _mm256_sub_epi32(is[i], _mm256_slli_epi32(ps[i], off)) : is[i];
+            __m256i msum = off ? _mm256_setzero_si256() : ps[i];
             const __m256 da = _mm256_set1_ps(a[i].d[b]);
             acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), acc[i][j]);
             mins[i][j] = _mm256_add_ps(mins[i][j], _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(msum)));
@@ -584,6 +588,8 @@ TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0, LM_Q5_0)
 TOKENS8(tokens_q5_1, unpack_b32, tile_b32, LM_Q5_1, LM_Q5_1)
 TOKENS8(tokens_q5_0_lanes, unpack_q5_lanes, tile_b32, LM_Q5_0_LANES, LM_Q5_0)
 TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0, LM_Q8_0)
+TOKENS8(tokens_q2_k, unpack_k, tile_k, LM_Q2_K, LM_Q2_K)
+TOKENS8(tokens_q3_k, unpack_k, tile_k, LM_Q3_K, LM_Q3_K)
 TOKENS8(tokens_q4_k, unpack_k, tile_k, LM_Q4_K, LM_Q4_K)
 TOKENS8(tokens_q4_k_lanes, unpack_k, tile_k, LM_Q4_K_LANES, LM_Q4_K)
 TOKENS8(tokens_q5_k, unpack_k, tile_k, LM_Q5_K, LM_Q5_K)
@@ -606,6 +612,8 @@ AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, c
     case LM_Q5_1: tokens_q5_1(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_0_LANES: tokens_q5_0_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q8_0: tokens_q8_0(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q2_K: tokens_q2_k(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q3_K: tokens_q3_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K: tokens_q4_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q4_K_LANES: tokens_q4_k_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_K: tokens_q5_k(row0, rb, k, a, nt, out, ldo, scratch); break;

@@ -200,6 +200,27 @@ AVX2 static INLINE __m256i k_codes32(uint32_t t, const uint8_t *blk, int c)
     return q45k_codes32(blk, c, t == LM_Q5_K);
 }
 
+/* A Q2_K or Q3_K super-block's 16 group scales as 16-bit words, and (Q2_K) its mins. */
+AVX2 static INLINE __m256i q23k_scales(uint32_t t, const uint8_t *blk, __m256i *mins)
+{
+    if (t == LM_Q2_K) { /* a byte a group: the scale in the low nibble, the min in the high */
+        const __m128i b = _mm_loadu_si128((const __m128i *)blk), m4 = _mm_set1_epi8(0x0f);
+        *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
+        return _mm256_cvtepu8_epi16(_mm_and_si128(b, m4));
+    }
+    /* Q3_K (lm_k_scales): group g's low four bits from byte g % 8 of blk + 96 (g < 8: its low
+       nibble), its top two from byte 8 + g % 4 (bits 2 (g / 4)..), less 32 */
+    const uint8_t *p = blk + 96;
+    const __m128i m4 = _mm_set1_epi8(0x0f), x = _mm_loadl_epi64((const __m128i *)p);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    int32_t h;
+    memcpy(&h, p + 8, 4);
+    __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+    *mins = _mm256_setzero_si256();
+    return _mm256_cvtepi8_epi16(sc);
+}
+
 /* Where a K-quant super-block keeps its factor d and (0: none) its min factor. */
 static inline size_t k_d_at(uint32_t t)
 {
