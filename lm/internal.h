@@ -333,6 +333,16 @@ static inline int lm_b32_block_bytes(uint32_t t)
 }
 
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
+/* Where a K-quant super-block keeps its factor d, and (0: it has none) its min factor. */
+static inline size_t lm_k_d_at(uint32_t t)
+{
+    return t == LM_Q2_K ? 80 : t == LM_Q3_K ? 108 : t == LM_Q6_K ? 208 : 0;
+}
+static inline size_t lm_k_m_at(uint32_t t)
+{
+    return t == LM_Q2_K ? 82 : t == LM_Q4_K || t == LM_Q5_K ? 2 : 0;
+}
+
 static inline float lm_half_at(const uint8_t *p)
 {
     uint16_t h;

@@ -311,12 +311,8 @@ void lm_k_scales_decode(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
         for (int j = 0; j < 4; j++)
             r->sc4[i * 64 + 4 * g + j] = sc[g];
     }
-    switch (t) {
-    case LM_Q2_K: r->d[i] = lm_half_at(b + 80), r->m[i] = lm_half_at(b + 82); break;
-    case LM_Q3_K: r->d[i] = lm_half_at(b + 108), r->m[i] = 0.0f; break;
-    case LM_Q6_K: r->d[i] = lm_half_at(b + 208), r->m[i] = 0.0f; break;
-    default: r->d[i] = lm_half_at(b), r->m[i] = lm_half_at(b + 2);
-    }
+    r->d[i] = lm_half_at(b + lm_k_d_at(t));
+    r->m[i] = lm_k_m_at(t) ? lm_half_at(b + lm_k_m_at(t)) : 0.0f;
 }
 
 static void decode_k(uint32_t t, const uint8_t *b, qrow *r, int64_t i)

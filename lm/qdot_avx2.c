@@ -84,8 +84,8 @@ AVX2 static void k_scales_avx2(qrow *r, uint32_t t, const uint8_t *b, int64_t i)
         _mm_storeu_si128((__m128i *)(r->sc4 + i * 64 + 4 * g), _mm_set1_epi32(sc[g]));
         r->mn[i * 16 + g] = (int16_t)mn[g];
     }
-    r->d[i] = half(b + k_d_at(t));
-    r->m[i] = k_m_at(t) ? half(b + k_m_at(t)) : 0.0f;
+    r->d[i] = half(b + lm_k_d_at(t));
+    r->m[i] = lm_k_m_at(t) ? half(b + lm_k_m_at(t)) : 0.0f;
 }
 
 /* Returns 0 when the type has no fast decoder (the caller uses the scalar one). */
@@ -662,7 +662,7 @@ AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs,
             msum = group_dot16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), s16); /* each min twice */
         }
         int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, scales)) - corr;
-        float d = half(blk + k_d_at(t)), m = k_m_at(t) ? half(blk + k_m_at(t)) : 0.0f;
+        float d = half(blk + lm_k_d_at(t)), m = lm_k_m_at(t) ? half(blk + lm_k_m_at(t)) : 0.0f;
         acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
         mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
     }

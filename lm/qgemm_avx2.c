@@ -335,8 +335,8 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
             put_lanes8((uint8_t *)(w->sc + (b * ng + 8 * h) * 8), sc[h]);
         put_lanes8((uint8_t *)(w->pairs + b * 64), pairs);
         const uint8_t *blk = row0 + head;
-        _mm256_storeu_ps(w->d + b * 8, halves8(blk + k_d_at(t), rb));
-        _mm256_storeu_ps(w->m + b * 8, k_m_at(t) ? halves8(blk + k_m_at(t), rb) : _mm256_setzero_ps());
+        _mm256_storeu_ps(w->d + b * 8, halves8(blk + lm_k_d_at(t), rb));
+        _mm256_storeu_ps(w->m + b * 8, lm_k_m_at(t) ? halves8(blk + lm_k_m_at(t), rb) : _mm256_setzero_ps());
         if (g16) {
             for (int c = 0; c < 8; c++) {
                 __m256i v[8];

@@ -221,15 +221,6 @@ AVX2 static INLINE __m256i q23k_scales(uint32_t t, const uint8_t *blk, __m256i *
     return _mm256_cvtepi8_epi16(sc);
 }
 
-/* Where a K-quant super-block keeps its factor d and (0: none) its min factor. */
-static inline size_t k_d_at(uint32_t t)
-{
-    return t == LM_Q2_K ? 80 : t == LM_Q3_K ? 108 : t == LM_Q6_K ? 208 : 0;
-}
-static inline size_t k_m_at(uint32_t t)
-{
-    return t == LM_Q2_K ? 82 : t == LM_Q4_K || t == LM_Q5_K ? 2 : 0;
-}
 
 /*
  * Q4_K and Q5_K's eight 6-bit scales (sc8) and mins (mn8) from the
