@@ -226,6 +226,17 @@ AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
     return lm_k_total(acc, mins);
 }
 
+/* The end of lm_dot_f_scalar's 16 lanes (lo, hi): the last n (< 16) products x[j] * y[j] into lanes 0.., the tree. */
+AVX2 static INLINE float dot16_end(__m256 lo, __m256 hi, const float *x, const float *y, int64_t n)
+{
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int64_t j = 0; j < n; j++)
+        acc[j] = __builtin_fmaf(x[j], y[j], acc[j]);
+    return lm_hsum16(acc);
+}
+
 /* lm_dot_f_scalar's 16 lanes as two vectors of 8. */
 AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
 {
@@ -235,12 +246,7 @@ AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
         lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
         hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
     }
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (int j = 0; i < n; i++, j++)
-        acc[j] = __builtin_fmaf(x[i], y[i], acc[j]);
-    return lm_hsum16(acc);
+    return dot16_end(lo, hi, x + i, y + i, n - i);
 }
 
 /* lm_dot_f_avx2 of an F16 or BF16 row as stored (bs unused) with a token's floats: no decoded copy. */
@@ -256,14 +262,10 @@ AVX2 static INLINE float row_halves_avx2(uint32_t t, const uint8_t *row, size_t 
         lo = _mm256_fmadd_ps(halves_ps(t, row + 2 * i), _mm256_loadu_ps(y + i), lo);
         hi = _mm256_fmadd_ps(halves_ps(t, row + 2 * i + 16), _mm256_loadu_ps(y + i + 8), hi);
     }
-    float acc[16], w[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
+    float w[16];
     if (i < k)
         lm_dequant_row(t, row + 2 * i, w, k - i); /* the last 1-15 */
-    for (int j = 0; i < k; i++, j++)
-        acc[j] = __builtin_fmaf(w[j], y[i], acc[j]);
-    return lm_hsum16(acc);
+    return dot16_end(lo, hi, w, y + i, k - i);
 }
 
 /*
@@ -287,14 +289,8 @@ AVX2 void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out
             hi[t] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(a[t].f + i + 8), hi[t]);
         }
     }
-    for (int t = 0; t < 4; t++) {
-        float acc[16];
-        _mm256_storeu_ps(acc, lo[t]);
-        _mm256_storeu_ps(acc + 8, hi[t]);
-        for (int64_t e = i, j = 0; e < n; e++, j++)
-            acc[j] = __builtin_fmaf(x[e], a[t].f[e], acc[j]);
-        out[(size_t)t * ld] = lm_hsum16(acc);
-    }
+    for (int t = 0; t < 4; t++)
+        out[(size_t)t * ld] = dot16_end(lo[t], hi[t], x + i, a[t].f + i, n - i);
 }
 
 /*
