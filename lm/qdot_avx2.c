@@ -606,15 +606,14 @@ static const uint16_t picks_pair[4][16] __attribute__((aligned(32))) = {PICKS(0,
 
 /*
  * The sum over a K-quant super-block of scale * unsigned code *
- * activation, in 8 lanes.  s16 holds the group scales as 16-bit words (Q2_K, Q3_K, Q6_K:
- * 16, the others 8 in the low half), and a chunk's (Q4_K, Q5_K: its 32-code
- * group's; the others: groups 2c and 2c + 1, one a half) are spread by one byte
- * shuffle (building each from two scalars had cost five operations a chunk).
+ * activation, in 8 lanes.  lo holds the scales of groups 0-7 as 16-bit
+ * words in both 128-bit halves, hi (16 groups of 16 codes) those of 8-15,
+ * and a chunk's (Q4_K, Q5_K: its 32-code group's; the others: groups 2c
+ * and 2c + 1, one a half) are spread by one byte shuffle (building each
+ * from two scalars had cost five operations a chunk).
  */
-AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, __m256i s16)
+AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const int8_t *a, __m256i lo, __m256i hi)
 {
-    /* scales 0-7, and (Q6_K) 8-15, in both halves */
-    const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00), hi = _mm256_permute2x128_si256(s16, s16, 0x11);
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) { /* codes 32c.. */
@@ -626,42 +625,117 @@ AVX2 static INLINE __m256i superblock_sums(uint32_t t, const uint8_t *blk, const
     return acc;
 }
 
+/* Eight signed scale bytes at p as 16-bit words, in both 128-bit halves. */
+AVX2 static INLINE __m256i scales8_both(const uint8_t *p)
+{
+    int64_t x;
+    memcpy(&x, p, 8);
+    return _mm256_cvtepi8_epi16(_mm_set1_epi64x(x));
+}
+
 /*
- * lm_dot_k_avx2 on a row's super-blocks as stored.  The code offset (Q6_K:
- * 32, Q3_K: 4) comes off as offset * sum of scale * group's activation sum, an
- * exact integer as well; the float steps are lm_dot_k_scalar's.
+ * Super-block blk (activation codes qs, group sums s16) in 8 int32 lanes:
+ * *sums add up to its scale * code * activation total less the code
+ * offset's share (Q6_K: 32, Q3_K: 4, times each scale * group's
+ * activation sum), *mins (Q2_K, Q4_K, Q5_K) to min * group activation sum.
+ * The scale halves are built from the bytes (a lane-crossing permute is
+ * eight operations on Zen 1), and the offset comes off lane by lane, so a
+ * super-block needs one horizontal sum, and four share it (hsum4x8_epi32).
+ */
+AVX2 static INLINE void k_block_lanes(uint32_t t, const uint8_t *blk, const int8_t *qs, const int16_t *s16,
+                                      __m256i *sums, __m256i *mins)
+{
+    const __m256i g16 = _mm256_loadu_si256((const __m256i *)s16);
+    __m256i lo, hi = _mm256_setzero_si256(), off = _mm256_setzero_si256();
+    *mins = _mm256_setzero_si256();
+    if (t == LM_Q6_K) { /* codes 0..63 for -32..31 */
+        lo = scales8_both(blk + 192), hi = scales8_both(blk + 200);
+        const __m256i all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        off = _mm256_slli_epi32(_mm256_madd_epi16(all, g16), 5);
+    } else if (t == LM_Q2_K || t == LM_Q3_K) { /* Q3_K: codes 0..7 for -4..3 */
+        __m256i m16, all = q23k_scales(t, blk, &m16);
+        lo = _mm256_inserti128_si256(all, _mm256_castsi256_si128(all), 1);
+        hi = _mm256_inserti128_si256(all, _mm256_extracti128_si256(all, 1), 0);
+        if (t == LM_Q3_K)
+            off = _mm256_slli_epi32(_mm256_madd_epi16(all, g16), 2);
+        else
+            *mins = _mm256_madd_epi16(m16, g16);
+    } else {
+        uint64_t sc8, mn8;
+        k4_scales8(blk + 4, &sc8, &mn8);
+        lo = _mm256_cvtepu8_epi16(_mm_set1_epi64x((long long)sc8));
+        const __m128i m8 = _mm_cvtsi64_si128((long long)mn8);
+        *mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), g16); /* each min twice */
+    }
+    *sums = _mm256_sub_epi32(superblock_sums(t, blk, qs, lo, hi), off);
+}
+
+/* Lane i: the sum of v[i]'s 8 lanes (exact: int32 adds). */
+AVX2 static INLINE __m128i hsum4x8_epi32(const __m256i v[4])
+{
+    const __m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+    const __m256i b = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+    const __m256i c = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+    return _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+}
+
+/* The f16 values at p, p + stride, p + 2 stride, p + 3 stride. */
+AVX2 static INLINE __m128 halves4(const uint8_t *p, size_t stride)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 4; i++) {
+        uint16_t h;
+        memcpy(&h, p + (size_t)i * stride, 2);
+        x |= (uint64_t)h << (16 * i);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)x));
+}
+
+/* Super-block b of a K-quant row into its lanes of acc and mins, alone. */
+AVX2 static INLINE void k_block_one(uint32_t t, const uint8_t *row, size_t bs, int64_t b, const act_row *a,
+                                    float *acc, float *mins)
+{
+    const uint8_t *blk = row + (size_t)b * bs;
+    __m256i s, m;
+    lm_prefetch_ahead(blk, bs, 1, a->ahead);
+    k_block_lanes(t, blk, a->qs + b * 256, a->sum16 + b * 16, &s, &m);
+    acc[b % LM_K_LANES] = __builtin_fmaf(half(blk + lm_k_d_at(t)) * a->d[b], (float)hsum8_epi32(s), acc[b % LM_K_LANES]);
+    if (lm_k_m_at(t)) /* (else the scalar code adds zeros) */
+        mins[b % LM_K_LANES] += (half(blk + lm_k_m_at(t)) * a->d[b]) * (float)hsum8_epi32(m); /* lm_k_mins */
+}
+
+_Static_assert(LM_K_LANES == 4, "k_blocks_avx2 keeps the lanes in one 4-float vector");
+
+/*
+ * lm_dot_k_avx2 on a row's super-blocks as stored, into the lanes acc and
+ * mins (b % LM_K_LANES): lm_dot_k_scalar's float steps, four super-blocks
+ * (one a lane) at a time where b0..b1 has them in lane order.
  */
 AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t b0, int64_t b1,
                                       const act_row *a, float *acc, float *mins)
 {
-    for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *blk = row + (size_t)b * bs;
-        const int16_t *s16 = a->sum16 + b * 16;
-        lm_prefetch_ahead(blk, bs, 1, a->ahead);
-        __m256i scales; /* the group scales as 16-bit words */
-        int32_t corr = 0, msum = 0;
-        if (t == LM_Q6_K) { /* codes 0..63 for -32..31: 32 * sum of scale * activation sum off */
-            scales = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
-            corr = 32 * group_dot16(scales, s16);
-        } else if (t == LM_Q2_K || t == LM_Q3_K) { /* Q3_K: codes 0..7 for -4..3 */
-            __m256i mins16;
-            scales = q23k_scales(t, blk, &mins16);
-            if (t == LM_Q3_K)
-                corr = 4 * group_dot16(scales, s16);
-            else
-                msum = group_dot16(mins16, s16);
-        } else {
-            uint64_t sc8, mn8;
-            k4_scales8(blk + 4, &sc8, &mn8);
-            scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8));
-            __m128i m8 = _mm_cvtsi64_si128((long long)mn8);
-            msum = group_dot16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), s16); /* each min twice */
+    int64_t b = b0;
+    for (; b < b1 && b % LM_K_LANES; b++)
+        k_block_one(t, row, bs, b, a, acc, mins);
+    __m128 acc4 = _mm_loadu_ps(acc), mins4 = _mm_loadu_ps(mins);
+    for (; b + LM_K_LANES <= b1; b += LM_K_LANES) {
+        __m256i s[LM_K_LANES], m[LM_K_LANES];
+        for (int i = 0; i < LM_K_LANES; i++) {
+            const uint8_t *blk = row + (size_t)(b + i) * bs;
+            lm_prefetch_ahead(blk, bs, 1, a->ahead);
+            k_block_lanes(t, blk, a->qs + (b + i) * 256, a->sum16 + (b + i) * 16, &s[i], &m[i]);
         }
-        int32_t isum = hsum8_epi32(superblock_sums(t, blk, a->qs + b * 256, scales)) - corr;
-        float d = half(blk + lm_k_d_at(t)), m = lm_k_m_at(t) ? half(blk + lm_k_m_at(t)) : 0.0f;
-        acc[b % LM_K_LANES] = __builtin_fmaf(d * a->d[b], (float)isum, acc[b % LM_K_LANES]);
-        mins[b % LM_K_LANES] += (m * a->d[b]) * (float)msum; /* lm_k_mins */
+        const __m128 ad = _mm_loadu_ps(a->d + b);
+        const __m128 dd = _mm_mul_ps(halves4(row + (size_t)b * bs + lm_k_d_at(t), bs), ad);
+        acc4 = _mm_fmadd_ps(dd, _mm_cvtepi32_ps(hsum4x8_epi32(s)), acc4);
+        if (lm_k_m_at(t)) { /* lm_k_mins: (m * d) * msum */
+            const __m128 md = _mm_mul_ps(halves4(row + (size_t)b * bs + lm_k_m_at(t), bs), ad);
+            mins4 = _mm_add_ps(mins4, _mm_mul_ps(md, _mm_cvtepi32_ps(hsum4x8_epi32(m))));
+        }
     }
+    _mm_storeu_ps(acc, acc4), _mm_storeu_ps(mins, mins4);
+    for (; b < b1; b++)
+        k_block_one(t, row, bs, b, a, acc, mins);
 }
 
 AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
