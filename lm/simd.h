@@ -148,6 +148,17 @@ AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
     return _mm256_or_si256(nibbles32(blk + at + 4), bits32(qh));
 }
 
+/*
+ * x's bits `from` and up moved to bit `to` of each byte (x shifted by
+ * to - from as 16-bit words): the bits a mask then keeps come from the
+ * same byte, so one shift serves where a shift down, a mask and a shift
+ * up had (from and to constants where inlined: one operation, or none).
+ */
+AVX2 static INLINE __m256i bits_to(__m256i x, int from, int to)
+{
+    return from == to ? x : from < to ? _mm256_slli_epi16(x, to - from) : _mm256_srli_epi16(x, from - to);
+}
+
 /* Codes 32c..32c+31 of a Q4_K or (five) Q5_K super-block: chunk c / 2's low (c even) or high
    nibbles, and for Q5_K bit c of each qh byte adding 16. */
 AVX2 static INLINE __m256i q45k_codes32(const uint8_t *blk, int c, int five)
@@ -157,8 +168,7 @@ AVX2 static INLINE __m256i q45k_codes32(const uint8_t *blk, int c, int five)
     __m256i u = _mm256_and_si256(c % 2 ? _mm256_srli_epi16(x, 4) : x, m4);
     if (five) {
         __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
-        u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 4));
+        u = _mm256_or_si256(u, _mm256_and_si256(bits_to(qh, c, 4), _mm256_set1_epi8(0x10)));
     }
     return u;
 }
@@ -171,8 +181,7 @@ AVX2 static INLINE __m256i q6k_codes32(const uint8_t *blk, int c)
     __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * n + 32 * (j & 1)));
     __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
     __m256i low = _mm256_and_si256(j >> 1 ? _mm256_srli_epi16(l, 4) : l, _mm256_set1_epi8(0x0f));
-    __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
-    return _mm256_or_si256(low, _mm256_slli_epi16(h, 4));
+    return _mm256_or_si256(low, _mm256_and_si256(bits_to(qh, 2 * j, 4), _mm256_set1_epi8(0x30)));
 }
 
 /* Codes 32c..32c+31 (c = 4n + j) of a Q2_K super-block (two bits), or of a Q3_K one (and 4 where the
@@ -184,8 +193,7 @@ AVX2 static INLINE __m256i q23k_codes32(const uint8_t *blk, int c, int three)
     __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
     if (three) {
         __m256i h = _mm256_loadu_si256((const __m256i *)blk);
-        __m256i bit = _mm256_and_si256(_mm256_srli_epi16(h, 4 * n + j), _mm256_set1_epi8(1));
-        u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 2));
+        u = _mm256_or_si256(u, _mm256_and_si256(bits_to(h, 4 * n + j, 2), _mm256_set1_epi8(0x04)));
     }
     return u;
 }
