@@ -326,10 +326,10 @@ int lm_klanes_layout_native(uint32_t t); /* Q4_K or Q6_K */
 int lm_q5_0_lanes_native(void);
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout);
 
-/* Bytes of a Q4_0, Q5_0 or Q8_0 block: a constant in the kernels, whose t is one. */
+/* Bytes of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 block: a constant in the kernels, whose t is one. */
 static inline int lm_b32_block_bytes(uint32_t t)
 {
-    return t == LM_Q8_0 ? 34 : t == LM_Q5_0 ? 22 : 18;
+    return t == LM_Q8_0 ? 34 : t == LM_Q5_1 ? 24 : t == LM_Q5_0 ? 22 : t == LM_Q4_1 ? 20 : 18;
 }
 
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */

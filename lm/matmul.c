@@ -501,8 +501,8 @@ static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scrat
         return LAYOUT_WINDOWS; /* one token, rows read in order (qrow_vbmi.c) */
     if (!grouped && lanes_type(w, s))
         return LAYOUT_LANES; /* a few tokens, or one through Q8_0 rows (qrow_vbmi.c) */
-    if (n_tok == 1 && s->isa == LM_ISA_AVX2 && b32)
-        return LAYOUT_LANES; /* qdot_avx2.c's Q4_0 and Q5_0 rows, eight blocks a step */
+    if (n_tok == 1 && s->isa == LM_ISA_AVX2 && (b32 || w->type == LM_Q4_1))
+        return LAYOUT_LANES; /* qdot_avx2.c's Q4_0, Q4_1 and Q5_0 rows, eight blocks a step */
     if (!grouped && s->isa >= LM_ISA_AVX512 && (w->type == LM_Q4_K || w->type == LM_Q5_K))
         return LAYOUT_NIBBLES; /* codes as the row's nibbles lie (qrow_k.c) */
     return LAYOUT_AS_ROUNDED;

@@ -338,23 +338,24 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
 }
 
 /*
- * Q4_0 and Q5_0 with the token's codes in lanes (lm_act_lanes: codes
- * 4q..4q+3 of block j in 32-bit lane j of vector q), eight blocks a step:
- * their nibble bytes are transposed the same way (two rounds of unpacks),
- * so eight maddubs give every block's products in its own lane and no
- * block needs a horizontal sum.  Q5_0's fifth bits: byte q / 2 of each
- * block's qh (bits 8(q / 2)..) in all four bytes of its lane, one bit a
- * byte tested.  Codes up to 15 (31) times +-127, eight (four) pairs added:
- * at most 30480 (31496), exact in 16 bits.  The float steps are
- * stored8_avx2's.
+ * Q4_0, Q4_1 and Q5_0 with the token's codes in lanes (lm_act_lanes:
+ * codes 4q..4q+3 of block j in 32-bit lane j of vector q), eight blocks a
+ * step: their nibble bytes are transposed the same way (two rounds of
+ * unpacks), so eight maddubs give every block's products in its own lane
+ * and no block needs a horizontal sum.  Q5_0's fifth bits: byte q / 2 of
+ * each block's qh (bits 8(q / 2)..) in all four bytes of its lane, one bit
+ * a byte tested.  Codes up to 15 (31) times +-127, eight (four) pairs
+ * added: at most 30480 (31496), exact in 16 bits.  The float steps are
+ * stored8_avx2's (Q4_1: its min terms are rows_mins_avx2's).  Q5_1 stays
+ * as stored: its fifth bits picked out this way cost what the lanes save
+ * (smollm2 generating 76-78 t/s either way).
  */
-#define B32_NIBBLES(t) ((t) == LM_Q4_0 ? 2 : 6)
-
 AVX2 static INLINE __m128i b32_nibbles(uint32_t t, const uint8_t *blk, int j, int m)
 {
     if (j >= m)
         return _mm_setzero_si128();
-    return _mm_loadu_si128((const __m128i *)(blk + lm_b32_block_bytes(t) * j + B32_NIBBLES(t)));
+    const int bs = lm_b32_block_bytes(t); /* the nibbles are a block's last 16 bytes */
+    return _mm_loadu_si128((const __m128i *)(blk + bs * j + bs - 16));
 }
 
 /* Codes plus 16 where their bit of the qh bytes in sel (bit mask per byte: 1, 2, 4, 8 << shift) is set. */
@@ -431,7 +432,7 @@ AVX2 static INLINE __m256 b32_tail_avx2(uint32_t t, const uint8_t *blk, const ac
     }
 }
 
-/* row_b32_avx2 for Q4_0 or Q5_0 against a token in lanes: whole steps of 8 blocks, then the last 0-7. */
+/* row_b32_avx2 for Q4_0, Q4_1 or Q5_0 against a token in lanes: whole steps of 8 blocks, then the last 0-7. */
 AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k,
                                             const act_row *a)
 {
@@ -565,16 +566,17 @@ AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t n
     }
 }
 
-#define ROWS_MINS_AVX2(name, t, bs)                                                                   \
+#define ROWS_MINS_AVX2(name, row_fn, t, bs)                                                           \
     AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
                                                     int64_t k, const act_row *a, float *out)         \
     {                                                                                                \
         for (int64_t r = 0; r < nr; r++)                                                             \
-            out[r] = row_b32_avx2(t, row0 + (size_t)r * rb, bs, k, a);                               \
+            out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
         rows_mins_avx2(row0, rb, nr, bs, k / 32, a, out);                                            \
     }
-ROWS_MINS_AVX2(rows_q4_1_avx2, LM_Q4_1, 20)
-ROWS_MINS_AVX2(rows_q5_1_avx2, LM_Q5_1, 24)
+ROWS_MINS_AVX2(rows_q4_1_avx2, row_b32_avx2, LM_Q4_1, 20)
+ROWS_MINS_AVX2(rows_q5_1_avx2, row_b32_avx2, LM_Q5_1, 24)
+ROWS_MINS_AVX2(rows_q4_1_lanes_avx2, row_b32_lanes_avx2, LM_Q4_1, 20)
 #undef ROWS_MINS_AVX2
 
 /* Scale times code times activation over 32 codes (sc: each code pair's scale), into acc's lanes. */
@@ -779,7 +781,7 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
         rows_q5_0_layout_avx2(row0, rb, nr, k, a, out);
         return 1;
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
-    case LM_Q4_1: rows_q4_1_avx2(row0, rb, nr, k, a, out); return 1;
+    case LM_Q4_1: (a->lanes ? rows_q4_1_lanes_avx2 : rows_q4_1_avx2)(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_1: rows_q5_1_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_F16: rows_f16_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_BF16: rows_bf16_avx2(row0, rb, nr, k, a, out); return 1;

@@ -561,7 +561,7 @@ START_TEST(test_avx2_dots_extreme)
                 float want = lm_qrow_dot(&w.r, &ar, LM_ISA_SCALAR), got = lm_qrow_dot(&w.r, &ar, LM_ISA_AVX2);
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s codes %s, activations %d: %a vs %a", lm_type_name(ty),
                               code ? "largest" : "0", 127 * sign, got, want);
-                if (ty == LM_Q4_1 || ty == LM_Q5_1 || ty == LM_Q2_K || ty == LM_Q3_K)
+                if (ty == LM_Q2_K || ty == LM_Q3_K)
                     continue;
                 /* the same codes as the file holds them, through the row kernels: factors 1, then
                    the code bytes (Q8_0: 127 or -128; the others all bits set or none) under the
@@ -580,6 +580,8 @@ START_TEST(test_avx2_dots_extreme)
                         memcpy(blk + 2, &(uint16_t){0x3c00}, 2);
                     } else {
                         memcpy(blk, &(uint16_t){0x3c00}, 2);
+                        if (ty == LM_Q4_1 || ty == LM_Q5_1) /* the min */
+                            memcpy(blk + 2, &(uint16_t){0x3c00}, 2);
                     }
                 }
                 qrow_init(&w);
@@ -588,7 +590,7 @@ START_TEST(test_avx2_dots_extreme)
                 ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &ar, &got));
                 ck_assert_msg(!memcmp(&got, &want, 4), "%s raw codes %s, activations %d: %a vs %a",
                               lm_type_name(ty), code ? "largest" : "0", 127 * sign, got, want);
-                if (ty == LM_Q4_0 || ty == LM_Q5_0) { /* and with the token in lanes (16-bit sums) */
+                if (ty == LM_Q4_0 || ty == LM_Q4_1 || ty == LM_Q5_0) { /* and with the token in lanes (16-bit sums) */
                     act_row al = ar;
                     lm_act_lanes(&al);
                     ck_assert(lm_rows_avx2(ty, raw, lm_row_bytes(ty, K), 1, K, &al, &got));
