@@ -1,13 +1,15 @@
 /*
  * lm/qdot_avx2.c - qdot.c's fast paths for x86 CPUs with AVX2 but not
  * AVX-512 (chosen at run time): the decoders that unpack Q4_0, Q4_1, Q5_0,
- * Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows into unsigned codes and F16 and BF16
- * rows into floats (AVX-512 CPUs use them too), the integer dots of decoded rows, and one token through Q4_0,
- * Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows read as the file stores them (Q4_0
- * and Q5_0 eight blocks a step against the token's codes in lanes, so no
- * block needs a horizontal sum: on one core, in L2, Q4_0 rows of 2048
- * 33.6 -> 47.5 billion weights a second, of 896 22 -> 37; Q5_0 21.6 ->
- * 26.5 and 15.9 -> 19.0).  Every sum is the exact integer of the scalar dot and every float step
+ * Q5_1, Q8_0 and the K-quant rows into unsigned codes and F16 and BF16
+ * rows into floats (AVX-512 CPUs use them too), the integer dots of
+ * decoded rows, and one token through rows of every type read as the file
+ * stores them.  Q4_0, Q4_1 and Q5_0 go eight blocks a step against the
+ * token's codes in lanes, so no block needs a horizontal sum (on one core,
+ * in L2, Q4_0 rows of 2048 33.6 -> 47.5 billion weights a second, of 896
+ * 22 -> 37; Q5_0 21.6 -> 26.5 and 15.9 -> 19.0); K-quant super-blocks four
+ * at a time, sharing one (tinyllama Q6_K generating 15.0 -> 17.3 t/s).
+ * Every sum is the exact integer of the scalar dot and every float step
  * its own, so the logits are bitwise those of the other paths; tests
  * compare them.
  */
@@ -701,7 +703,8 @@ AVX2 static INLINE void k_block_one(uint32_t t, const uint8_t *row, size_t bs, i
     __m256i s, m;
     lm_prefetch_ahead(blk, bs, 1, a->ahead);
     k_block_lanes(t, blk, a->qs + b * 256, a->sum16 + b * 16, &s, &m);
-    acc[b % LM_K_LANES] = __builtin_fmaf(half(blk + lm_k_d_at(t)) * a->d[b], (float)hsum8_epi32(s), acc[b % LM_K_LANES]);
+    const float dd = half(blk + lm_k_d_at(t)) * a->d[b];
+    acc[b % LM_K_LANES] = __builtin_fmaf(dd, (float)hsum8_epi32(s), acc[b % LM_K_LANES]);
     if (lm_k_m_at(t)) /* (else the scalar code adds zeros) */
         mins[b % LM_K_LANES] += (half(blk + lm_k_m_at(t)) * a->d[b]) * (float)hsum8_epi32(m); /* lm_k_mins */
 }
