@@ -683,18 +683,6 @@ AVX2 static INLINE __m128i hsum4x8_epi32(const __m256i v[4])
     return _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
 }
 
-/* The f16 values at p, p + stride, p + 2 stride, p + 3 stride. */
-AVX2 static INLINE __m128 halves4(const uint8_t *p, size_t stride)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 4; i++) {
-        uint16_t h;
-        memcpy(&h, p + (size_t)i * stride, 2);
-        x |= (uint64_t)h << (16 * i);
-    }
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)x));
-}
-
 /* Super-block b of a K-quant row into its lanes of acc and mins, alone. */
 AVX2 static INLINE void k_block_one(uint32_t t, const uint8_t *row, size_t bs, int64_t b, const act_row *a,
                                     float *acc, float *mins)

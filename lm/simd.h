@@ -113,12 +113,6 @@ AVX2 static inline __m256i bits32(uint32_t bits)
 }
 
 /*
- * The unsigned codes (code offset kept) of 32 weights as the file stores
- * them: what the row decoders of qdot_avx2.c store and its one-token row
- * kernels and qgemm_avx2.c use directly, so all unpack alike.
- */
-
-/*
  * The f16 at p + r * rb of each of eight rows, as f32: inserted into a
  * vector one by one (stored as 16-bit values and read back as one vector,
  * they stalled on the store forwarding).
@@ -133,7 +127,25 @@ AVX2 static INLINE __m256 halves8(const uint8_t *p, size_t rb)
                                           (short)h[5], (short)h[6], (short)h[7]));
 }
 
-/* Block blk of a Q4_0, Q5_0 or Q8_0 row. */
+/* The f16 at p + i * stride for i = 0..3, as f32: four blocks' scales (put together in a scalar). */
+AVX2 static INLINE __m128 halves4(const uint8_t *p, size_t stride)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 4; i++) {
+        uint16_t h;
+        memcpy(&h, p + (size_t)i * stride, 2);
+        x |= (uint64_t)h << (16 * i);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)x));
+}
+
+/*
+ * The unsigned codes (code offset kept) of 32 weights as the file stores
+ * them: what the row decoders of qdot_avx2.c store and its one-token row
+ * kernels and qgemm_avx2.c use directly, so all unpack alike.
+ */
+
+/* Block blk of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 row. */
 AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
 {
     if (t == LM_Q4_0)
