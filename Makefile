@@ -206,25 +206,31 @@ build/avx512emu/run_tests: $(EMU_OBJ) $(EMU_REST) $(TOBJ)
 build/avx512emu/kvchat: $(EMU_OBJ) $(EMU_REST) build/native/main.o
 	$(CC) -o $@ $^ $(LIBS)
 
-# The kernel tests on the emulated AVX-512 paths, as a Zen 4 (VBMI, GFNI) and
-# as a Cascade Lake (neither) takes them; then whole models' logits, the
-# prompt in one batch and a token at a time, byte for byte the native build's.
+# The kernel tests on the emulated AVX-512 paths, as a Zen 4 (VBMI, GFNI), a
+# Cascade Lake (neither) and a Sapphire Rapids (both, and AMX tiles) take
+# them; then whole models' logits, the prompt in one batch and a token at a
+# time (not as the Sapphire Rapids: tiles take groups of tokens only, and
+# one token goes the Zen 4's way), byte for byte the native build's.
 EMU_CASES = kernels quant matmul layer_math
+EMU_AMX_CASES = kernels matmul
 EMU_MODELS = $(A64_PARITY)
+EMU_CPUS = zen4 novbmi spr
 
 check-avx512emu: deps kvchat build/avx512emu/run_tests build/avx512emu/kvchat
-	@for cpu in zen4 novbmi; do for c in $(EMU_CASES); do \
+	@for run in "zen4 $(EMU_CASES)" "novbmi $(EMU_CASES)" "spr $(EMU_AMX_CASES)"; do \
+	  set -- $$run; cpu=$$1; shift; for c in "$$@"; do \
 	  out=$$(KVCHAT_EMULATE=$$cpu KVCHAT_SHARED=$(SHARED) CK_RUN_CASE=$$c build/avx512emu/run_tests 2>&1) || \
 	    { echo "$$out"; echo "avx512emu ($$cpu): Check case $$c failed"; exit 1; }; \
-	done; done; echo "avx512emu: Check cases $(EMU_CASES) pass as a Zen 4 and as a Cascade Lake"
+	done; done; echo "avx512emu: Check cases $(EMU_CASES) pass as a Zen 4 and a Cascade Lake, $(EMU_AMX_CASES) as a Sapphire Rapids"
 	@for d in $(EMU_MODELS); do for run in "C.tokens.txt" "B.tokens.txt --sequential"; do \
 	  set -- $$run; ./kvchat logits -m $$d/model.gguf --ids-file $$d/$$1 $$2 -o build/avx512emu/native.logits && \
-	  for cpu in zen4 novbmi; do \
+	  for cpu in $(EMU_CPUS); do \
+	    test "$$cpu$$2" = spr--sequential && continue; \
 	    KVCHAT_EMULATE=$$cpu build/avx512emu/kvchat logits -m $$d/model.gguf --ids-file $$d/$$1 $$2 \
 	      -o build/avx512emu/emu.logits && cmp -s build/avx512emu/native.logits build/avx512emu/emu.logits || \
 	      { echo "avx512emu ($$cpu): $$d $$run: logits differ from the native build's"; exit 1; }; \
 	  done || exit 1; \
-	done; done; echo "avx512emu: logits of $(words $(EMU_MODELS)) models = the native build's, both CPUs"
+	done; done; echo "avx512emu: logits of $(words $(EMU_MODELS)) models = the native build's, on each CPU"
 
 # The whole suite: the aarch64 checks (under qemu), a short fuzz of every
 # target, the Check tests under AddressSanitizer and UBSan, then the Check

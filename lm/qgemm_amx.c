@@ -19,6 +19,7 @@
 #include "internal.h"
 #include "simd.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -216,7 +217,7 @@ void lm_rows16_use_s8(rows16 *p)
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX __attribute__((target("amx-tile,amx-int8,avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define AMX X86_TARGET("amx-tile,amx-int8,avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask to use an XSAVE feature */
 #define XFEATURE_XTILEDATA 18
@@ -228,6 +229,10 @@ void lm_rows16_use_s8(rows16 *p)
  */
 int lm_cpu_amx(void)
 {
+#ifdef LM_EMULATE_AVX512 /* tests/avx512emu: tiles emulated for a Sapphire Rapids */
+    const char *emu = getenv("KVCHAT_EMULATE");
+    return lm_cpu_isa() >= LM_ISA_AVX512 && emu && !strcmp(emu, "spr");
+#endif
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) /* OSXSAVE */
         return 0;
@@ -250,6 +255,19 @@ typedef struct tile_config {
 AMX void lm_amx_end(void) { _tile_release(); }
 
 /*
+ * LDTILECFG.  Not _tile_loadconfig: its asm tells the compiler it reads 8
+ * bytes of cfg, so the stores to the rest may be dropped.
+ */
+AMX static void load_tile_config(const tile_config *cfg)
+{
+#ifdef LM_EMULATE_AVX512
+    _tile_loadconfig(cfg);
+#else
+    __asm__ volatile("ldtilecfg %0" ::"m"(*cfg));
+#endif
+}
+
+/*
  * 32-element blocks: four C tiles (0-3) and two each of A (4, 5) and B (6,
  * 7), so blocks_piped keeps four blocks in flight while the oldest one's
  * sums are scaled (the tile intrinsics take literal numbers).  K-quants: C,
@@ -265,7 +283,7 @@ AMX void lm_amx_begin(uint32_t type)
             cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C: [16 rows][16 tokens] int32 */
         cfg.rows[4] = cfg.rows[5] = 16, cfg.colsb[4] = cfg.colsb[5] = 32; /* A: [16 rows][32 codes] */
         cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;  /* B: [8][16 tokens][4] */
-        __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+        load_tile_config(&cfg);
         return;
     }
     const int span = 64;
@@ -275,9 +293,7 @@ AMX void lm_amx_begin(uint32_t type)
         cfg.rows[3 * set + 2] = (uint8_t)(span / 4), cfg.colsb[3 * set + 2] = 64; /* B: [span/4][16][4] */
     }
     cfg.rows[6] = cfg.rows[7] = 16, cfg.colsb[6] = cfg.colsb[7] = (uint16_t)span; /* more A tiles */
-    /* not _tile_loadconfig: its asm tells the compiler it reads 8 bytes of
-       cfg, so the stores to the rest may be dropped */
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    load_tile_config(&cfg);
 }
 
 /*

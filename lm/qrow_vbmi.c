@@ -80,7 +80,7 @@ int lm_cpu_vbmi(void)
     unsigned a, b, c, d;
     if (lm_cpu_isa() < LM_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return 0;
-#ifdef LM_EMULATE_AVX512 /* a Zen 4's or Ice Lake's; KVCHAT_EMULATE=novbmi: a Cascade Lake's */
+#ifdef LM_EMULATE_AVX512 /* a Zen 4's, Ice Lake's or (spr) Sapphire Rapids'; KVCHAT_EMULATE=novbmi: a Cascade Lake's */
     const char *emu = getenv("KVCHAT_EMULATE");
     return !(emu && !strcmp(emu, "novbmi"));
 #endif

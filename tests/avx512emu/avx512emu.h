@@ -8,8 +8,9 @@
  * -DLM_EMULATE_AVX512 and this header forced in front of every file, the
  * engine takes its AVX-512 paths (lm_cpu_isa says so; simd.h drops the
  * AVX-512 target attributes), and each intrinsic runs as SIMDe's portable
- * code or, where SIMDe 0.7 has none, as the lane loop below.  Slow, but
- * every path still has to give the scalar code's bytes.
+ * code or, where SIMDe 0.7 has none, as the lane loop below; so do the
+ * AMX tile instructions (KVCHAT_EMULATE=spr).  Slow, but every path still
+ * has to give the scalar code's bytes.
  *
  * The loops follow Intel's definitions; the ones whose result depends on
  * order or on MXCSR (the float reductions, the conversions) do what GCC's
@@ -245,5 +246,76 @@ EMU_GATHER(emu_mm512_mask_i32gather_epi32, __m512i, 16, __mmask16)
 EMU_GATHER(emu_mm_mmask_i32gather_epi32, __m128i, 4, __mmask8)
 #define _mm512_mask_i32gather_epi32(src, k, at, base, scale) emu_mm512_mask_i32gather_epi32(src, k, at, base, scale)
 #define _mm_mmask_i32gather_epi32(src, k, at, base, scale) emu_mm_mmask_i32gather_epi32(src, k, at, base, scale)
+
+/*
+ * ---- AMX tiles (KVCHAT_EMULATE=spr: a Sapphire Rapids).  Each thread has
+ * its own eight tiles, as each has its own tile registers, shaped by the
+ * last configuration it loaded (_tile_loadconfig, given the 64 bytes of
+ * LDTILECFG); the tiles' rows past their shape are never read.  The tile
+ * numbers are arguments here, where the instructions take immediates.
+ */
+typedef struct emu_tile {
+    int rows, colsb;
+    uint8_t data[16][64];
+} emu_tile;
+
+static __thread emu_tile emu_tiles[8] __attribute__((unused));
+
+static inline void emu_tile_loadconfig(const void *cfg)
+{
+    const uint8_t *c = cfg;
+    for (int t = 0; t < 8; t++) {
+        uint16_t colsb;
+        memcpy(&colsb, c + 16 + 2 * t, 2);
+        emu_tiles[t].colsb = colsb, emu_tiles[t].rows = c[48 + t];
+        memset(emu_tiles[t].data, 0, sizeof emu_tiles[t].data);
+    }
+}
+
+static inline void emu_tile_loadd(int t, const void *base, long stride)
+{
+    for (int r = 0; r < emu_tiles[t].rows; r++)
+        memcpy(emu_tiles[t].data[r], (const char *)base + r * stride, (size_t)emu_tiles[t].colsb);
+}
+
+static inline void emu_tile_stored(int t, void *base, long stride)
+{
+    for (int r = 0; r < emu_tiles[t].rows; r++)
+        memcpy((char *)base + r * stride, emu_tiles[t].data[r], (size_t)emu_tiles[t].colsb);
+}
+
+static inline void emu_tile_zero(int t)
+{
+    memset(emu_tiles[t].data, 0, sizeof emu_tiles[t].data);
+}
+
+/* TDPBSSD: C[m][n] += the four signed byte products of A[m] dword k and B[k] dword n, over k. */
+static inline void emu_tile_dpbssd(int c, int a, int b)
+{
+    const emu_tile *A = &emu_tiles[a], *B = &emu_tiles[b];
+    emu_tile *C = &emu_tiles[c];
+    for (int m = 0; m < C->rows; m++)
+        for (int n = 0; n < C->colsb / 4; n++) {
+            uint32_t acc; /* (wrapping, as the instruction's adds) */
+            memcpy(&acc, C->data[m] + 4 * n, 4);
+            for (int k = 0; k < A->colsb / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += (uint32_t)((int32_t)(int8_t)A->data[m][4 * k + i] * (int8_t)B->data[k][4 * n + i]);
+            memcpy(C->data[m] + 4 * n, &acc, 4);
+        }
+}
+
+#undef _tile_loadconfig
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbssd
+#undef _tile_release
+#define _tile_loadconfig(cfg) emu_tile_loadconfig(cfg)
+#define _tile_loadd(t, base, stride) emu_tile_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) emu_tile_stored(t, base, stride)
+#define _tile_zero(t) emu_tile_zero(t)
+#define _tile_dpbssd(c, a, b) emu_tile_dpbssd(c, a, b)
+#define _tile_release() ((void)0)
 
 #endif
