@@ -149,7 +149,11 @@ AVX2 static inline __m256i totals8_avx2(const __m256i v[8])
     __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
     __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
     __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67); /* halves: 4 + 4 lanes */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+    /* each half's two 128-bit lanes added, by extracts and one insert (a lane-crossing permute is
+       eight operations on Zen 1) */
+    __m128i s_lo = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    __m128i s_hi = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    return _mm256_set_m128i(s_hi, s_lo);
 }
 
 /* The code offset taken off blocks b..b+m-1 at once: -offset * (each block's two 16-code sums). */
