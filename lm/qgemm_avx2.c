@@ -95,8 +95,8 @@ AVX2 static INLINE void transpose8(const __m256i v[8], __m256i w[8])
     }
 #pragma GCC unroll 8
     for (int s = 0; s < 4; s++) {
-        w[s] = _mm256_permute2x128_si256(u[s], u[s + 4], 0x20);
-        w[s + 4] = _mm256_permute2x128_si256(u[s], u[s + 4], 0x31);
+        w[s] = _mm256_inserti128_si256(u[s], _mm256_castsi256_si128(u[s + 4]), 1);
+        w[s + 4] = _mm256_inserti128_si256(u[s + 4], _mm256_extracti128_si256(u[s], 1), 0);
     }
 }
 
@@ -320,8 +320,8 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
                                                  : q23k_scales(t, blk, &mins);
                 __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
                 pairs[r] = t == LM_Q2_K ? mins : s16;
-                sc[0][r] = _mm256_permute2x128_si256(lo, hi, 0x20);
-                sc[1][r] = _mm256_permute2x128_si256(lo, hi, 0x31);
+                sc[0][r] = _mm256_inserti128_si256(lo, _mm256_castsi256_si128(hi), 1);
+                sc[1][r] = _mm256_inserti128_si256(hi, _mm256_extracti128_si256(lo, 1), 0);
             } else {
                 uint64_t sc8, mn8;
                 k4_scales8(blk + 4, &sc8, &mn8);
