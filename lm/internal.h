@@ -281,16 +281,18 @@ void lm_ahead_record(lm_ahead_tune *t, size_t ahead, double seconds);
 #define LM_PREFETCH_BATCH 6144 /* into L1, when 16 rows at a time meet a batch (10 tokens or more) */
 
 /*
- * repack.c: Q4_0 and Q5_0 rows in their lanes layouts (LM_LAYOUT_Q4_0_LANES,
- * LM_LAYOUT_Q5_0_LANES), in steps of 16 blocks, and Q4_K and Q6_K rows in
- * theirs (LM_LAYOUT_Q4_K_LANES, LM_LAYOUT_Q6_K_LANES), in steps of 4
- * super-blocks; LM_Q4_0_LANES, LM_Q5_0_LANES, LM_Q4_K_LANES and
+ * repack.c: Q4_0, Q5_0 and Q5_1 rows in their lanes layouts
+ * (LM_LAYOUT_Q4_0_LANES, LM_LAYOUT_Q5_0_LANES, LM_LAYOUT_Q5_1_LANES), in
+ * steps of 16 blocks, and Q4_K and Q6_K rows in theirs
+ * (LM_LAYOUT_Q4_K_LANES, LM_LAYOUT_Q6_K_LANES), in steps of 4 super-blocks;
+ * LM_Q4_0_LANES, LM_Q5_0_LANES, LM_Q5_1_LANES, LM_Q4_K_LANES and
  * LM_Q6_K_LANES name them to the kernels that take a type.
  */
 #define LM_Q4_0_LANES 0x100
 #define LM_Q4_K_LANES 0x101
 #define LM_Q6_K_LANES 0x102
 #define LM_Q5_0_LANES 0x103
+#define LM_Q5_1_LANES 0x104
 #define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
 #define LM_Q4_K_STEP_BYTES 576 /* 4 Q4_K super-blocks */
 #define LM_Q6_K_STEP_BYTES 840 /* 4 Q6_K super-blocks */
@@ -312,18 +314,20 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
  * A Q5_0 step of m blocks (22m bytes) in its lanes layout: Q4_0's vectors
  * of nibble bytes (4m bytes each, at 4mq), then block j's 32 fifth bits at
  * 16m + 4j with code c's at bit 8(c % 4) + c / 4 (byte i holds codes
- * i, i + 4, ..., i + 28), then block j's f16 scale at 20m + 2j.
+ * i, i + 4, ..., i + 28), then block j's f16 scale at 20m + 2j.  A Q5_1
+ * step (24m bytes) is the same, then block j's f16 min at 22m + 2j.
  */
 #define LM_Q5_0_FIFTH(m) (16 * (size_t)(m))
 #define LM_Q5_0_SCALES(m) (20 * (size_t)(m))
-uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_Q5_0 */
+#define LM_Q5_1_MINS(m) (22 * (size_t)(m))
+uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_Q5_0, LM_Q5_1 */
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */
 void lm_layout_apply(int layout, uint8_t *unit, int64_t k);     /* one unit, in place */
 void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k); /* a row, to the file's */
 void lm_tensor_row_f32(const lm_tensor *t, int64_t i, float *out, uint8_t *scratch); /* any layout */
 int lm_lanes_layout_native(void);
 int lm_klanes_layout_native(uint32_t t); /* Q4_K or Q6_K */
-int lm_q5_0_lanes_native(void);
+int lm_q5_0_lanes_native(void); /* (Q5_1's too) */
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout);
 
 /* Bytes of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 block: a constant in the kernels, whose t is one. */

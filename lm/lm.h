@@ -115,6 +115,7 @@ enum lm_layout {
     LM_LAYOUT_Q4_K_LANES, /* Q4_K rows rearranged so a group's codes add up in a lane */
     LM_LAYOUT_Q6_K_LANES, /* the same for Q6_K */
     LM_LAYOUT_Q5_0_LANES, /* Q5_0 rows rearranged as Q4_0's, their fifth bits spread for shifts (AVX2) */
+    LM_LAYOUT_Q5_1_LANES, /* the same for Q5_1, the blocks' mins after their scales */
 };
 
 enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };

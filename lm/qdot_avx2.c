@@ -4,8 +4,9 @@
  * Q5_1, Q8_0 and the K-quant rows into unsigned codes and F16 and BF16
  * rows into floats (AVX-512 CPUs use them too), the integer dots of
  * decoded rows, and one token through rows of every type read as the file
- * stores them.  Q4_0, Q4_1 and Q5_0 go eight blocks a step against the
- * token's codes in lanes, so no block needs a horizontal sum (on one core,
+ * stores them.  Q4_0, Q4_1 and Q5_0 (and Q5_0 and Q5_1 rows in their
+ * lanes layouts) go eight blocks a step against the token's codes in
+ * lanes, so no block needs a horizontal sum (on one core,
  * in L2, Q4_0 rows of 2048 33.6 -> 47.5 billion weights a second, of 896
  * 22 -> 37; Q5_0 21.6 -> 26.5 and 15.9 -> 19.0); K-quant super-blocks four
  * at a time, sharing one (tinyllama Q6_K generating 15.0 -> 17.3 t/s).
@@ -352,9 +353,10 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
  * each block's qh (bits 8(q / 2)..) in all four bytes of its lane, one bit
  * a byte tested.  Codes up to 15 (31) times +-127, eight (four) pairs
  * added: at most 30480 (31496), exact in 16 bits.  The float steps are
- * stored8_avx2's (Q4_1: its min terms are rows_mins_avx2's).  Q5_1 stays
- * as stored: its fifth bits picked out this way cost what the lanes save
- * (smollm2 generating 76-78 t/s either way).
+ * stored8_avx2's (Q4_1: its min terms are rows_mins_avx2's).  Q5_1 is
+ * not taken here: its fifth bits picked out this way cost what the lanes
+ * save (smollm2 generating 76-78 t/s either way); its rows are laid out at
+ * load as Q5_0's are (repack.c) and read by row_q5_lanes_avx2.
  */
 AVX2 static INLINE __m128i b32_nibbles(uint32_t t, const uint8_t *blk, int j, int m)
 {
@@ -463,7 +465,7 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
 }
 
 /*
- * Q5_0 rows in their lanes layout (repack.c, internal.h): a step's nibble
+ * Q5_0 and Q5_1 rows in their lanes layouts (repack.c, internal.h): a step's nibble
  * bytes lie as b32_lanes8_avx2's transposes leave them, and block j's
  * fifth bits lie in lane j with code 4q + i's at bit q of byte i and code
  * 16 + 4q + i's at bit 4 + q, so a shift and a mask put each at bit 4 of
@@ -509,25 +511,29 @@ AVX2 static INLINE __m256 q5_tail_avx2(const uint8_t *step, int m, int h, int c,
     }
 }
 
-/* A Q5_0 row in its lanes layout against a token in lanes: steps of 16 blocks, a row's last m < 16 a step too. */
-AVX2 static INLINE float row_q5_0_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+/*
+ * A Q5_0 or Q5_1 row (bs: 22 or 24 bytes a block) in its lanes layout
+ * against a token in lanes: steps of 16 blocks, a row's last m < 16 a step
+ * too (Q5_1: without the min terms, rows_mins_avx2).
+ */
+AVX2 static INLINE float row_q5_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
 {
-    (void)t, (void)bs;
+    (void)t;
     const int64_t nb = k / 32;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* blocks b % 16 < 8, then the rest */
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
-        lm_prefetch_ahead(row + 22 * b, 16 * 22, 1, a->ahead);
-        lo = q5_lanes8_avx2(row + 22 * b, 16, 0, 8, a, b, lo);
-        hi = q5_lanes8_avx2(row + 22 * b, 16, 1, 8, a, b + 8, hi);
+        lm_prefetch_ahead(row + bs * b, 16 * bs, 1, a->ahead);
+        lo = q5_lanes8_avx2(row + bs * b, 16, 0, 8, a, b, lo);
+        hi = q5_lanes8_avx2(row + bs * b, 16, 1, 8, a, b + 8, hi);
     }
     const int m = (int)(nb - b);
     if (m > 0) {
-        lm_prefetch_ahead(row + 22 * b, 22 * (size_t)m, 1, a->ahead);
-        lo = q5_tail_avx2(row + 22 * b, m, 0, m < 8 ? m : 8, a, b, lo);
+        lm_prefetch_ahead(row + bs * b, bs * (size_t)m, 1, a->ahead);
+        lo = q5_tail_avx2(row + bs * b, m, 0, m < 8 ? m : 8, a, b, lo);
     }
     if (m > 8)
-        hi = q5_tail_avx2(row + 22 * b, m, 1, m - 8, a, b + 8, hi);
+        hi = q5_tail_avx2(row + bs * b, m, 1, m - 8, a, b + 8, hi);
     return hsum16_avx2(lo, hi);
 }
 
@@ -543,7 +549,7 @@ ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q4_0_lanes_avx2, row_b32_lanes_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q5_0_lanes_avx2, row_b32_lanes_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
-ROWS_AVX2(rows_q5_0_layout_avx2, row_q5_0_lanes_avx2, LM_Q5_0, 22)
+ROWS_AVX2(rows_q5_0_layout_avx2, row_q5_lanes_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
 /*
@@ -552,14 +558,24 @@ ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
  * row at a time, that chain of dependent multiply-adds took a third of
  * the kernel's time.
  */
+/* Where block b of a Q4_1 or Q5_1 row (nb blocks of bs bytes) keeps its min: after its scale, or in its step's mins (lanes). */
+static inline size_t min_at(size_t bs, int64_t nb, int64_t b, int lanes)
+{
+    if (!lanes)
+        return (size_t)b * bs + 2;
+    const int64_t s0 = b - b % 16; /* its step, of m blocks */
+    const int m = nb - s0 < 16 ? (int)(nb - s0) : 16;
+    return (size_t)s0 * bs + LM_Q5_1_MINS(m) + 2 * (size_t)(b % 16);
+}
+
 AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t nr, size_t bs, int64_t nb,
-                                       const act_row *a, float *out)
+                                       const act_row *a, float *out, int lanes)
 {
     int64_t r = 0;
     for (; r + 8 <= nr; r += 8) {
         __m256 m8 = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            const __m256 m = halves8(row0 + (size_t)r * rb + (size_t)b * bs + 2, rb);
+            const __m256 m = halves8(row0 + (size_t)r * rb + min_at(bs, nb, b, lanes), rb);
             m8 = _mm256_fmadd_ps(m, _mm256_set1_ps(a->s[b]), m8);
         }
         _mm256_storeu_ps(out + r, _mm256_add_ps(_mm256_loadu_ps(out + r), m8));
@@ -567,22 +583,23 @@ AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t n
     for (; r < nr; r++) {
         float mins = 0.0f;
         for (int64_t b = 0; b < nb; b++)
-            mins = __builtin_fmaf(half(row0 + (size_t)r * rb + (size_t)b * bs + 2), a->s[b], mins);
+            mins = __builtin_fmaf(half(row0 + (size_t)r * rb + min_at(bs, nb, b, lanes)), a->s[b], mins);
         out[r] += mins;
     }
 }
 
-#define ROWS_MINS_AVX2(name, row_fn, t, bs)                                                           \
+#define ROWS_MINS_AVX2(name, row_fn, t, bs, lanes)                                                    \
     AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
                                                     int64_t k, const act_row *a, float *out)         \
     {                                                                                                \
         for (int64_t r = 0; r < nr; r++)                                                             \
             out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
-        rows_mins_avx2(row0, rb, nr, bs, k / 32, a, out);                                            \
+        rows_mins_avx2(row0, rb, nr, bs, k / 32, a, out, lanes);                                     \
     }
-ROWS_MINS_AVX2(rows_q4_1_avx2, row_b32_avx2, LM_Q4_1, 20)
-ROWS_MINS_AVX2(rows_q5_1_avx2, row_b32_avx2, LM_Q5_1, 24)
-ROWS_MINS_AVX2(rows_q4_1_lanes_avx2, row_b32_lanes_avx2, LM_Q4_1, 20)
+ROWS_MINS_AVX2(rows_q4_1_avx2, row_b32_avx2, LM_Q4_1, 20, 0)
+ROWS_MINS_AVX2(rows_q5_1_avx2, row_b32_avx2, LM_Q5_1, 24, 0)
+ROWS_MINS_AVX2(rows_q4_1_lanes_avx2, row_b32_lanes_avx2, LM_Q4_1, 20, 0)
+ROWS_MINS_AVX2(rows_q5_1_layout_avx2, row_q5_lanes_avx2, LM_Q5_1, 24, 1)
 #undef ROWS_MINS_AVX2
 
 /* Scale times code times activation over 32 codes (sc: each code pair's scale), into acc's lanes. */
@@ -770,10 +787,11 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
     switch (t) {
     case LM_Q4_0: (a->lanes ? rows_q4_0_lanes_avx2 : rows_q4_0_avx2)(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_0: (a->lanes ? rows_q5_0_lanes_avx2 : rows_q5_0_avx2)(row0, rb, nr, k, a, out); return 1;
-    case LM_Q5_0_LANES: /* (its lanes layout: only against a token in lanes) */
+    case LM_Q5_0_LANES: /* (their lanes layouts: only against a token in lanes) */
+    case LM_Q5_1_LANES:
         if (!a->lanes)
             return 0;
-        rows_q5_0_layout_avx2(row0, rb, nr, k, a, out);
+        (t == LM_Q5_0_LANES ? rows_q5_0_layout_avx2 : rows_q5_1_layout_avx2)(row0, rb, nr, k, a, out);
         return 1;
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_1: (a->lanes ? rows_q4_1_lanes_avx2 : rows_q4_1_avx2)(row0, rb, nr, k, a, out); return 1;

@@ -216,15 +216,18 @@ AVX2 static INLINE void q5_lanes_four(uint8_t *dst, const uint8_t *step, int m, 
     }
 }
 
+/* Q5_0 or (tag LM_Q5_1_LANES) Q5_1 rows in their lanes layout: codes, scales, Q5_1's mins. */
 AVX2 static INLINE void unpack_q5_lanes(rows8 *w, uint32_t tag, const uint8_t *row0, size_t rb, int64_t k)
 {
-    (void)tag;
-    const int64_t nb = k / 32;
+    const int64_t nb = k / 32, five_one = tag == LM_Q5_1_LANES, bs = five_one ? 24 : 22;
     for (int64_t b0 = 0; b0 < nb; b0 += 16) {
         const int m = nb - b0 < 16 ? (int)(nb - b0) : 16;
-        const uint8_t *step = row0 + 22 * b0;
-        for (int j = 0; j < m; j++)
+        const uint8_t *step = row0 + bs * b0;
+        for (int j = 0; j < m; j++) {
             _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + LM_Q5_0_SCALES(m) + 2 * j, rb));
+            if (five_one)
+                _mm256_storeu_ps(w->m + (b0 + j) * 8, halves8(step + LM_Q5_1_MINS(m) + 2 * j, rb));
+        }
         int j = 0;
         for (; j + 4 <= m; j += 4)
             q5_lanes_four(w->codes + (b0 + j) * 256, step, m, j, rb);
@@ -587,6 +590,7 @@ TOKENS8(tokens_q4_1, unpack_b32, tile_b32, LM_Q4_1, LM_Q4_1)
 TOKENS8(tokens_q5_0, unpack_b32, tile_b32, LM_Q5_0, LM_Q5_0)
 TOKENS8(tokens_q5_1, unpack_b32, tile_b32, LM_Q5_1, LM_Q5_1)
 TOKENS8(tokens_q5_0_lanes, unpack_q5_lanes, tile_b32, LM_Q5_0_LANES, LM_Q5_0)
+TOKENS8(tokens_q5_1_lanes, unpack_q5_lanes, tile_b32, LM_Q5_1_LANES, LM_Q5_1)
 TOKENS8(tokens_q8_0, unpack_b32, tile_b32, LM_Q8_0, LM_Q8_0)
 TOKENS8(tokens_q2_k, unpack_k, tile_k, LM_Q2_K, LM_Q2_K)
 TOKENS8(tokens_q3_k, unpack_k, tile_k, LM_Q3_K, LM_Q3_K)
@@ -598,8 +602,8 @@ TOKENS8(tokens_q6_k, unpack_k, tile_k, LM_Q6_K, LM_Q6_K)
 
 /*
  * nt tokens (a[0..nt)) through the eight rows at row0 (rb bytes apart) of
- * a type lm_rows8_type takes (t; or LM_Q4_K_LANES, LM_Q5_0_LANES: Q4_K or
- * Q5_0 rows in their lanes layouts): out[i * ldo + r] for token i and row r.
+ * a type lm_rows8_type takes (t; or LM_Q4_K_LANES, LM_Q5_0_LANES,
+ * LM_Q5_1_LANES: Q4_K, Q5_0 or Q5_1 rows in their lanes layouts): out[i * ldo + r] for token i and row r.
  * scratch holds lm_rows8_bytes(k), 64-byte aligned.
  */
 AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, const act_row *a, int nt, float *out,
@@ -611,6 +615,7 @@ AVX2 void lm_rows8_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t k, c
     case LM_Q5_0: tokens_q5_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_1: tokens_q5_1(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q5_0_LANES: tokens_q5_0_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
+    case LM_Q5_1_LANES: tokens_q5_1_lanes(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q8_0: tokens_q8_0(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q2_K: tokens_q2_k(row0, rb, k, a, nt, out, ldo, scratch); break;
     case LM_Q3_K: tokens_q3_k(row0, rb, k, a, nt, out, ldo, scratch); break;

@@ -1,5 +1,5 @@
 /*
- * lm/repack.c - Q4_0, Q5_0, Q4_K and Q6_K rows rearranged, in place, for
+ * lm/repack.c - Q4_0, Q5_0, Q5_1, Q4_K and Q6_K rows rearranged, in place, for
  * the kernels that read them fastest so (qrow_vbmi.c's row_lanes,
  * qrow_klanes.c, qdot_avx2.c).
  *
@@ -40,7 +40,9 @@
  * and a mask a vector (qdot_avx2.c: 256 rows of 2048 from L2, one core,
  * 82 -> 34 us).  Zen 1, two threads: qwen2.5-0.5b Q4_K_M (its Q5_0 rows
  * of 896 columns, a step and 12 blocks) generates 26.3-28.4 -> 29.5-31.2
- * t/s; smollm2-135m Q4_K_M (576 columns) and prompts level.
+ * t/s; smollm2-135m Q4_K_M (576 columns) and prompts level.  Q5_1 (24-byte
+ * blocks, Q5_K's fallback where rows cannot hold super-blocks) the same,
+ * its mins after the scales: smollm2 Q5_1 generating 73-77 -> 86-96 t/s.
  *
  * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
  * 16) with a scale each.  As the file has them, a 32-bit lane of the
@@ -140,38 +142,50 @@ static uint32_t fifth_bits_gathered(uint32_t o)
     return qh;
 }
 
-/* A Q5_0 step of m blocks (the file's 22m bytes) into its lanes layout, in place (internal.h has the places). */
-static void q5_0_to_lanes(uint8_t *step, int m)
+/* Bytes of a Q5_0 (five_one 0) or Q5_1 block; its fifth bits follow the scale (and min), then the nibbles. */
+static int q5_block_bytes(int five_one)
 {
-    uint8_t in[22 * STEP_BLOCKS];
-    memcpy(in, step, 22 * (size_t)m);
+    return five_one ? 24 : 22;
+}
+
+/* A Q5_0 or Q5_1 step of m blocks (the file's bytes) into its lanes layout, in place (internal.h has the places). */
+static void q5_to_lanes(uint8_t *step, int m, int five_one)
+{
+    const int bs = q5_block_bytes(five_one), at = five_one ? 4 : 2;
+    uint8_t in[24 * STEP_BLOCKS];
+    memcpy(in, step, (size_t)bs * (size_t)m);
     for (int j = 0; j < m; j++) {
-        const uint8_t *blk = in + 22 * j;
+        const uint8_t *blk = in + bs * j;
         uint32_t qh;
-        memcpy(&qh, blk + 2, 4);
+        memcpy(&qh, blk + at, 4);
         qh = fifth_bits_spread(qh);
         for (int q = 0; q < 4; q++)
-            memcpy(step + 4 * m * q + 4 * j, blk + 6 + 4 * q, 4);
+            memcpy(step + 4 * m * q + 4 * j, blk + at + 4 + 4 * q, 4);
         memcpy(step + LM_Q5_0_FIFTH(m) + 4 * j, &qh, 4);
         memcpy(step + LM_Q5_0_SCALES(m) + 2 * j, blk, 2);
+        if (five_one)
+            memcpy(step + LM_Q5_1_MINS(m) + 2 * j, blk + 2, 2);
     }
 }
 
-static void q5_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
+static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, int five_one)
 {
+    const int bs = q5_block_bytes(five_one), at = five_one ? 4 : 2;
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS) {
         const int m = step_blocks(nb, b);
-        const uint8_t *step = row + 22 * b;
+        const uint8_t *step = row + bs * b;
         for (int j = 0; j < m; j++) {
-            uint8_t *out = dst + 22 * (b + j);
+            uint8_t *out = dst + bs * (b + j);
             uint32_t qh;
             memcpy(&qh, step + LM_Q5_0_FIFTH(m) + 4 * j, 4);
             qh = fifth_bits_gathered(qh);
             memcpy(out, step + LM_Q5_0_SCALES(m) + 2 * j, 2);
-            memcpy(out + 2, &qh, 4);
+            if (five_one)
+                memcpy(out + 2, step + LM_Q5_1_MINS(m) + 2 * j, 2);
+            memcpy(out + at, &qh, 4);
             for (int q = 0; q < 4; q++)
-                memcpy(out + 6 + 4 * q, step + 4 * m * q + 4 * j, 4);
+                memcpy(out + at + 4 + 4 * q, step + 4 * m * q + 4 * j, 4);
         }
     }
 }
@@ -303,6 +317,7 @@ uint32_t lm_layout_type(int layout)
            : layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K
            : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
            : layout == LM_LAYOUT_Q5_0_LANES ? LM_Q5_0
+           : layout == LM_LAYOUT_Q5_1_LANES ? LM_Q5_1
                                             : 0;
 }
 
@@ -317,9 +332,11 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
             lm_q4_0_to_lanes(unit + 18 * b, step_blocks(k / 32, b));
-    else if (layout == LM_LAYOUT_Q5_0_LANES)
+    else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES) {
+        const int five_one = layout == LM_LAYOUT_Q5_1_LANES;
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
-            q5_0_to_lanes(unit + 22 * b, step_blocks(k / 32, b));
+            q5_to_lanes(unit + q5_block_bytes(five_one) * b, step_blocks(k / 32, b), five_one);
+    }
     else if (layout != LM_LAYOUT_FILE)
         k_to_lanes(lm_layout_type(layout), unit, k);
 }
@@ -328,8 +345,8 @@ void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
-    else if (layout == LM_LAYOUT_Q5_0_LANES)
-        q5_0_from_lanes(row, dst, k);
+    else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES)
+        q5_from_lanes(row, dst, k, layout == LM_LAYOUT_Q5_1_LANES);
     else
         k_from_lanes(lm_layout_type(layout), row, dst, k);
 }
@@ -400,9 +417,10 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
-    if (q5_0 && t->type == LM_Q5_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS &&
-        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 22))
-        return LM_LAYOUT_Q5_0_LANES;
+    const int q5 = q5_0 && (t->type == LM_Q5_0 || t->type == LM_Q5_1), five_one = t->type == LM_Q5_1;
+    if (q5 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS &&
+        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * q5_block_bytes(five_one)))
+        return five_one ? LM_LAYOUT_Q5_1_LANES : LM_LAYOUT_Q5_0_LANES;
     const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
     if (k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))

@@ -139,7 +139,7 @@ static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
 }
 
 /*
- * Q4_0, Q5_0, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
+ * Q4_0, Q5_0, Q5_1, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
  * gives back the file's bytes, and a matrix in it multiplies to the bytes
  * the file's layout gives, for one token, a few and a batch (the lanes
  * kernels and the groups of 16), and again where the context's kernels do
@@ -161,6 +161,8 @@ START_TEST(test_matmul_lanes_layout)
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 576},  {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 896}, /* 2 and 12 blocks past */
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1568}, {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1280}, /* 1 and 8 past */
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1184}, /* 5 past: a group of four and one alone */
+        {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 512},  {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 576},
+        {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 896},  {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 1184},
     };
     static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, 23, 24, NT};
     static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
@@ -267,9 +269,10 @@ START_TEST(test_lanes_plan)
 END_TEST
 
 /*
- * Q5_0 matrices take theirs (LM_LAYOUT_Q5_0_LANES) with a 16-block step a
- * row or more, any number of rows, where AVX2 is the widest: smollm2's
- * and qwen2.5's rows of 576 and 896 columns (Q4_K_M's Q5_0 fallback).
+ * Q5_0 and Q5_1 matrices take theirs (LM_LAYOUT_Q5_0_LANES, _Q5_1_) with a
+ * 16-block step a row or more, any number of rows, where AVX2 is the
+ * widest: smollm2's and qwen2.5's rows of 576 and 896 columns (Q4_K_M's
+ * Q5_0 fallback, Q5_K_M's Q5_1).
  */
 START_TEST(test_q5_lanes_plan)
 {
@@ -280,10 +283,11 @@ START_TEST(test_q5_lanes_plan)
         {"c", 2, {480, 4, 1, 1}, LM_Q5_0, 300 * B, 4 * 15 * B, NULL},            /* under a step a row */
         {"d", 2, {512, 2, 1, 1}, LM_Q5_0, 400 * B, 2 * 16 * B - 1, NULL},        /* short of its bytes */
         {"token_embd.weight", 2, {512, 2, 1, 1}, LM_Q5_0, 500 * B, 32 * B, NULL}, /* untied embeddings */
-        {"e", 2, {512, 1, 1, 1}, LM_Q5_1, 600 * B, 16 * 24, NULL},               /* Q5_1 */
+        {"e", 2, {512, 1, 1, 1}, LM_Q5_1, 600 * B, 16 * 24, NULL},               /* Q5_1: its own */
+        {"f", 2, {512, 1, 1, 1}, LM_Q5_1, 650 * B, 16 * 24 - 2, NULL},           /* Q5_1 short of its bytes */
         {"output.weight", 2, {64, 8, 1, 1}, LM_F32, 699 * B, 0, NULL},
     };
-    const uint8_t want[] = {Q5, Q5, 0, 0, 0, 0, 0};
+    const uint8_t want[] = {Q5, Q5, 0, 0, 0, LM_LAYOUT_Q5_1_LANES, 0, 0};
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 700 * B, got), 0);
