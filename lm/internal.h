@@ -336,7 +336,6 @@ static inline int lm_b32_block_bytes(uint32_t t)
     return t == LM_Q8_0 ? 34 : t == LM_Q5_1 ? 24 : t == LM_Q5_0 ? 22 : t == LM_Q4_1 ? 20 : 18;
 }
 
-/* The f16 at p (any alignment), as f32: block scales as the files store them. */
 /* Where a K-quant super-block keeps its factor d, and (0: it has none) its min factor. */
 static inline size_t lm_k_d_at(uint32_t t)
 {
@@ -347,6 +346,7 @@ static inline size_t lm_k_m_at(uint32_t t)
     return t == LM_Q2_K ? 82 : t == LM_Q4_K || t == LM_Q5_K ? 2 : 0;
 }
 
+/* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
 {
     uint16_t h;

@@ -241,7 +241,6 @@ AVX2 static INLINE __m256i q23k_scales(uint32_t t, const uint8_t *blk, __m256i *
     return _mm256_cvtepi8_epi16(sc);
 }
 
-
 /*
  * Q4_K and Q5_K's eight 6-bit scales (sc8) and mins (mn8) from the
  * block's 12 scale bytes, a byte each, computed in registers: stored
