@@ -296,6 +296,11 @@ void lm_ahead_record(lm_ahead_tune *t, size_t ahead, double seconds);
 #define LM_Q4_0_STEP_BYTES 288 /* a step of the layout: 16 Q4_0 blocks, as in the file */
 #define LM_Q4_K_STEP_BYTES 576 /* 4 Q4_K super-blocks */
 #define LM_Q6_K_STEP_BYTES 840 /* 4 Q6_K super-blocks */
+/* Blocks in the Q4_0, Q5_0 or Q5_1 lanes step at block b of a row of nb: 16, but for the row's last step. */
+static inline int lm_lanes_step_blocks(int64_t nb, int64_t b)
+{
+    return nb - b < 16 ? (int)(nb - b) : 16;
+}
 /*
  * Where super-block b (0-3) of a K-quant lanes step keeps its scales and
  * factors (they stay whole: Q4_K's 16 header bytes at 16b, Q6_K's 16

@@ -563,9 +563,8 @@ static inline size_t min_at(size_t bs, int64_t nb, int64_t b, int lanes)
 {
     if (!lanes)
         return (size_t)b * bs + 2;
-    const int64_t s0 = b - b % 16; /* its step, of m blocks */
-    const int m = nb - s0 < 16 ? (int)(nb - s0) : 16;
-    return (size_t)s0 * bs + LM_Q5_1_MINS(m) + 2 * (size_t)(b % 16);
+    const int64_t s0 = b - b % 16; /* its step */
+    return (size_t)s0 * bs + LM_Q5_1_MINS(lm_lanes_step_blocks(nb, s0)) + 2 * (size_t)(b % 16);
 }
 
 AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t nr, size_t bs, int64_t nb,

@@ -219,9 +219,10 @@ AVX2 static INLINE void q5_lanes_four(uint8_t *dst, const uint8_t *step, int m, 
 /* Q5_0 or (tag LM_Q5_1_LANES) Q5_1 rows in their lanes layout: codes, scales, Q5_1's mins. */
 AVX2 static INLINE void unpack_q5_lanes(rows8 *w, uint32_t tag, const uint8_t *row0, size_t rb, int64_t k)
 {
-    const int64_t nb = k / 32, five_one = tag == LM_Q5_1_LANES, bs = five_one ? 24 : 22;
+    const int five_one = tag == LM_Q5_1_LANES;
+    const int64_t nb = k / 32, bs = lm_b32_block_bytes(five_one ? LM_Q5_1 : LM_Q5_0);
     for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        const int m = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        const int m = lm_lanes_step_blocks(nb, b0);
         const uint8_t *step = row0 + bs * b0;
         for (int j = 0; j < m; j++) {
             _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + LM_Q5_0_SCALES(m) + 2 * j, rb));

@@ -503,7 +503,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
     for (int i = 0; i < n; i++)
         acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 16) {
-        const int m = nb - b < 16 ? (int)(nb - b) : 16;
+        const int m = lm_lanes_step_blocks(nb, b);
         const __mmask16 live = (__mmask16)((1u << m) - 1);
         __m512i u[8];
         __m512 dw;

@@ -75,11 +75,6 @@
 #define STEP_BLOCKS 16
 #define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
-/* Blocks in the step at block b of a row of nb: 16, but for the row's last step. */
-static int step_blocks(int64_t nb, int64_t b)
-{
-    return nb - b < STEP_BLOCKS ? (int)(nb - b) : STEP_BLOCKS;
-}
 
 /*
  * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
@@ -113,7 +108,7 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
 {
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS)
-        lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, step_blocks(nb, b));
+        lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, lm_lanes_step_blocks(nb, b));
 }
 
 /*
@@ -142,16 +137,14 @@ static uint32_t fifth_bits_gathered(uint32_t o)
     return qh;
 }
 
-/* Bytes of a Q5_0 (five_one 0) or Q5_1 block; its fifth bits follow the scale (and min), then the nibbles. */
-static int q5_block_bytes(int five_one)
+/*
+ * A Q5_0 or Q5_1 (t) step of m blocks (the file's bytes) into its lanes
+ * layout, in place (internal.h has the places).  A block's fifth bits
+ * follow its scale (and min), then come its 16 bytes of nibbles.
+ */
+static void q5_to_lanes(uint8_t *step, int m, uint32_t t)
 {
-    return five_one ? 24 : 22;
-}
-
-/* A Q5_0 or Q5_1 step of m blocks (the file's bytes) into its lanes layout, in place (internal.h has the places). */
-static void q5_to_lanes(uint8_t *step, int m, int five_one)
-{
-    const int bs = q5_block_bytes(five_one), at = five_one ? 4 : 2;
+    const int bs = lm_b32_block_bytes(t), at = bs - 20, five_one = t == LM_Q5_1;
     uint8_t in[24 * STEP_BLOCKS];
     memcpy(in, step, (size_t)bs * (size_t)m);
     for (int j = 0; j < m; j++) {
@@ -168,12 +161,12 @@ static void q5_to_lanes(uint8_t *step, int m, int five_one)
     }
 }
 
-static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, int five_one)
+static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, uint32_t t)
 {
-    const int bs = q5_block_bytes(five_one), at = five_one ? 4 : 2;
+    const int bs = lm_b32_block_bytes(t), at = bs - 20, five_one = t == LM_Q5_1;
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS) {
-        const int m = step_blocks(nb, b);
+        const int m = lm_lanes_step_blocks(nb, b);
         const uint8_t *step = row + bs * b;
         for (int j = 0; j < m; j++) {
             uint8_t *out = dst + bs * (b + j);
@@ -331,11 +324,11 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
-            lm_q4_0_to_lanes(unit + 18 * b, step_blocks(k / 32, b));
+            lm_q4_0_to_lanes(unit + 18 * b, lm_lanes_step_blocks(k / 32, b));
     else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES) {
-        const int five_one = layout == LM_LAYOUT_Q5_1_LANES;
+        const uint32_t t = lm_layout_type(layout);
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
-            q5_to_lanes(unit + q5_block_bytes(five_one) * b, step_blocks(k / 32, b), five_one);
+            q5_to_lanes(unit + lm_b32_block_bytes(t) * b, lm_lanes_step_blocks(k / 32, b), t);
     }
     else if (layout != LM_LAYOUT_FILE)
         k_to_lanes(lm_layout_type(layout), unit, k);
@@ -346,7 +339,7 @@ void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
     else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES)
-        q5_from_lanes(row, dst, k, layout == LM_LAYOUT_Q5_1_LANES);
+        q5_from_lanes(row, dst, k, lm_layout_type(layout));
     else
         k_from_lanes(lm_layout_type(layout), row, dst, k);
 }
@@ -417,10 +410,10 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
-    const int q5 = q5_0 && (t->type == LM_Q5_0 || t->type == LM_Q5_1), five_one = t->type == LM_Q5_1;
+    const int q5 = q5_0 && (t->type == LM_Q5_0 || t->type == LM_Q5_1);
     if (q5 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS &&
-        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * q5_block_bytes(five_one)))
-        return five_one ? LM_LAYOUT_Q5_1_LANES : LM_LAYOUT_Q5_0_LANES;
+        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * lm_b32_block_bytes(t->type)))
+        return t->type == LM_Q5_1 ? LM_LAYOUT_Q5_1_LANES : LM_LAYOUT_Q5_0_LANES;
     const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
     if (k_quant && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
