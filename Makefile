@@ -115,7 +115,7 @@ build/fuzz/%.o: %.c
 # clang's pointer-overflow check on the unrolled SIMD kernels takes minutes to
 # compile (230 s for attention_simd.c, 13 s without it); ASan still checks
 # every access they make, and the gcc sanitizer build keeps the check.
-FUZZ_SIMD = $(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c
+FUZZ_SIMD = $(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/qrow_k_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c
 # The AVX-512 kernels with their unrolled copies for each head size, type and
 # token count: -O1 under the sanitizers took 60-320 s each on a Zen 1 (the
 # fuzz build was two thirds of what `make check` compiled), -O0 8-14 s.  The

@@ -110,6 +110,9 @@ void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, siz
    in its lanes layout, against a token in lanes), AVX2; 0: not this type (nothing done) */
 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                  float *out);
+/* qrow_k_avx2.c: lm_rows_avx2 for the K-quants (Q2_K to Q6_K); 0: not one (nothing done) */
+int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
+                   float *out);
 /* qgemm_avx2.c: nt tokens through 8 rows of a type lm_rows8_type takes, AVX2: out[i * ldo + r];
    scratch: lm_rows8_bytes(k), 64-byte aligned */
 int lm_rows8_type(uint32_t t);
@@ -162,7 +165,7 @@ int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r);
 /* qrow_klanes_avx2.c: one token through rearranged Q4_K rows, AVX2; 0: not this layout (nothing done) */
 int lm_rows_klanes_avx2(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                         float *out);
-/* qdot_avx2.c: super-blocks b0..b1-1 of a K-quant row as stored into acc and mins (lanes b % LM_K_LANES) */
+/* qrow_k_avx2.c: super-blocks b0..b1-1 of a K-quant row as stored into acc and mins (lanes b % LM_K_LANES) */
 void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
                       float *mins);
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes; also from the lanes layouts); 0 for other types */

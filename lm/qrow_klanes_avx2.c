@@ -2,7 +2,7 @@
  * lm/qrow_klanes_avx2.c - one token through Q4_K rows in their lanes
  * layout (repack.c) on x86 CPUs with AVX2 but not AVX-512.
  *
- * As the file has them, qdot_avx2.c's kernel meets every 32 codes' group
+ * As the file has them, qrow_k_avx2.c's kernel meets every 32 codes' group
  * scale with a multiply of its own and adds each super-block across the
  * vector.  On a core whose vector multiplies go through one pipe (Zen 1
  * and 2 split every 256-bit multiply in two halves there), those

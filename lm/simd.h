@@ -139,6 +139,14 @@ AVX2 static INLINE __m128 halves4(const uint8_t *p, size_t stride)
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)x));
 }
 
+/* Rows one after another through row_fn, each type a function of its own (type and block size constants inside). */
+#define ROWS_AVX2(name, row_fn, t, bs)                                                               \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *row0, size_t rb, int64_t nr,       \
+                                                    int64_t k, const act_row *a, float *out)         \
+    {                                                                                                \
+        for (int64_t r = 0; r < nr; r++)                                                             \
+            out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
+    }
 /*
  * The unsigned codes (code offset kept) of 32 weights as the file stores
  * them: what the row decoders of qdot_avx2.c store and its one-token row
