@@ -524,8 +524,8 @@ INLINE_AVX512 void attend_group(const lm_attq *qs, int n, const void *k0, const 
 
 /*
  * Out-of-line copies of the kernels, each with its sizes and cache type as
- * constants: one for each usual head size (and one for any other), so that
- * no function holds them all.  Inlined into one, they made 220 KB of code
+ * constants: one for each usual head size (other sizes go through
+ * attend_any, below), so that no function holds them all.  Inlined into one, they made 220 KB of code
  * whose register liveness took GCC most of a minute (the file 55-70 s at
  * -O2, 81 s under the sanitizers, the longest step of the build).
  */
@@ -544,8 +544,6 @@ ATTEND_COPY(attend_128_f32, 8, 8, 0)
 ATTEND_COPY(attend_128_f16, 8, 8, 1)
 ATTEND_COPY(attend_256_f32, 16, 16, 0)
 ATTEND_COPY(attend_256_f16, 16, 16, 1)
-ATTEND_COPY(attend_any_f32, nq, nv, 0)
-ATTEND_COPY(attend_any_f16, nq, nv, 1)
 
 typedef void attend_fn(const lm_attq *qs, int n, const void *k0, const void *v0, int nq, int nv, float scale,
                        float cap, float *scores, size_t sstride, float *acc);
@@ -589,7 +587,48 @@ SCORES_COPY(scores_any, nq)
 VALUES_COPY(values_1, 1)
 VALUES_COPY(values_2, 2)
 VALUES_COPY(values_4, 4)
-VALUES_COPY(values_any, m)
+
+/*
+ * Weighted values of output vectors [u0, u1) of heads nv vectors wide, then
+ * their outputs (inv: each query's 1 / sum of weights): slices of 4, 2 and
+ * 1 vectors, each through its own copy.  Any head size is served by the
+ * three, bytes unchanged, since each vector sums its keys by itself; a
+ * copy with the width unknown (as the scores' is) took GCC 30 s to build,
+ * more than the rest of the file.
+ */
+AVX512 static void values_slices(const lm_attq *qs, int n, const void *v0, int nv, int u0, int u1, int first,
+                                 int hi, int kb, const float *w, size_t wstride, float *acc, const float *inv,
+                                 int f16)
+{
+    const size_t vstride = 16 * (size_t)nv;
+    for (int u = u0; u < u1;) {
+        const int m = u1 - u >= 4 ? 4 : u1 - u >= 2 ? 2 : 1;
+        const void *vu = (const char *)v0 + 16 * (size_t)u * (f16 ? 2 : 4);
+        if (m == 4)
+            values_4(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
+        else if (m == 2)
+            values_2(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
+        else
+            values_1(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
+        values_out(qs, n, acc, inv, u, m);
+        u += m;
+    }
+}
+
+/* attend_group for head sizes without a copy of their own: scores_any, then the values in slices. */
+AVX512 static void attend_any(const lm_attq *qs, int n, const void *k0, const void *v0, int nq, int nv,
+                              float scale, float cap, float *scores, size_t sstride, float *acc, int f16)
+{
+    __m512 vmx[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++)
+        vmx[a] = _mm512_set1_ps(-__builtin_inff());
+    int first, hi, kb = span_of(qs, n, nq, nv, f16, &first, &hi);
+    scores_any(qs, n, k0, first, (hi + 16) & ~15, kb, nq, nv, scale, scores, sstride, vmx, f16);
+    float inv[LM_ATT_QMAX];
+    for (int a = 0; a < n; a++)
+        inv[a] = softmax_weights(scores + (size_t)a * sstride, qs[a].lo, qs[a].pos, cap, vmx[a]);
+    values_slices(qs, n, v0, nv, 0, nv, first, hi, kb, scores, sstride, acc, inv, f16);
+}
 
 AVX512 int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
                                    int part, int parts, float *scores, size_t sstride, float *vmx, int f16)
@@ -635,18 +674,7 @@ AVX512 int lm_attend_values_avx512(const lm_attq *qs, int n, const void *v0, int
                (size_t)(qs[a].pos - qs[a].lo + 1) * sizeof *wa);
         inv[a] = softmax_weights(wa, qs[a].lo, qs[a].pos, cap, mx);
     }
-    const void *vu = (const char *)v0 + (size_t)16 * u0 * (f16 ? 2 : 4);
-    const size_t vstride = 16 * (size_t)nv;
-    const int m = u1 - u0;
-    if (m == 1)
-        values_1(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
-    else if (m == 2)
-        values_2(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
-    else if (m == 4)
-        values_4(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
-    else
-        values_any(qs, n, vu, vstride, first, hi, kb, m, w, wstride, acc, f16);
-    values_out(qs, n, acc, inv, u0, m);
+    values_slices(qs, n, v0, nv, u0, u1, first, hi, kb, w, wstride, acc, inv, f16);
     return 1;
 }
 
@@ -665,14 +693,16 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, cons
 {
     if (hd % 16 || hdv % 16 || hd > 256 || hdv > 256 || n < 1 || n > LM_ATT_QMAX)
         return 0;
-    attend_fn *const copies[4][2] = {
+    attend_fn *const copies[3][2] = {
         {attend_64_f32, attend_64_f16},
         {attend_128_f32, attend_128_f16},
         {attend_256_f32, attend_256_f16},
-        {attend_any_f32, attend_any_f16},
     };
-    const int size = hd != hdv ? 3 : hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : 3;
-    copies[size][f16 != 0](qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc);
+    const int size = hd != hdv ? -1 : hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : -1;
+    if (size < 0)
+        attend_any(qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc, f16);
+    else
+        copies[size][f16 != 0](qs, n, k0, v0, hd / 16, hdv / 16, scale, cap, scores, sstride, acc);
     return 1;
 }
 
