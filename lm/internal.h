@@ -344,6 +344,12 @@ static inline int lm_b32_block_bytes(uint32_t t)
     return t == LM_Q8_0 ? 34 : t == LM_Q5_1 ? 24 : t == LM_Q5_0 ? 22 : t == LM_Q4_1 ? 20 : 18;
 }
 
+/* Where a Q5_0 or Q5_1 block keeps its fifth bits: after its scale (and min), before its 16 bytes of nibbles. */
+static inline int lm_q5_fifth_at(uint32_t t)
+{
+    return lm_b32_block_bytes(t) - 20;
+}
+
 /* Where a K-quant super-block keeps its factor d, and (0: it has none) its min factor. */
 static inline size_t lm_k_d_at(uint32_t t)
 {

@@ -144,7 +144,7 @@ static uint32_t fifth_bits_gathered(uint32_t o)
  */
 static void q5_to_lanes(uint8_t *step, int m, uint32_t t)
 {
-    const int bs = lm_b32_block_bytes(t), at = bs - 20, five_one = t == LM_Q5_1;
+    const int bs = lm_b32_block_bytes(t), at = lm_q5_fifth_at(t), five_one = t == LM_Q5_1;
     uint8_t in[24 * STEP_BLOCKS];
     memcpy(in, step, (size_t)bs * (size_t)m);
     for (int j = 0; j < m; j++) {
@@ -163,7 +163,7 @@ static void q5_to_lanes(uint8_t *step, int m, uint32_t t)
 
 static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, uint32_t t)
 {
-    const int bs = lm_b32_block_bytes(t), at = bs - 20, five_one = t == LM_Q5_1;
+    const int bs = lm_b32_block_bytes(t), at = lm_q5_fifth_at(t), five_one = t == LM_Q5_1;
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS) {
         const int m = lm_lanes_step_blocks(nb, b);

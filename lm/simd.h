@@ -162,7 +162,7 @@ AVX2 static INLINE __m256i b32_codes32(uint32_t t, const uint8_t *blk)
         return nibbles32(blk + 4);
     if (t == LM_Q8_0)
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    const int at = t == LM_Q5_1 ? 4 : 2; /* Q5_0, Q5_1: the fifth bits, then the nibbles */
+    const int at = lm_q5_fifth_at(t); /* Q5_0, Q5_1: the fifth bits, then the nibbles */
     uint32_t qh;
     memcpy(&qh, blk + at, 4);
     return _mm256_or_si256(nibbles32(blk + at + 4), bits32(qh));
