@@ -122,10 +122,11 @@ build/fuzz/%.o: %.c
 FUZZ_SIMD = $(wildcard lm/*_simd.c) lm/qdot_avx2.c lm/qrow_k_avx2.c lm/attention_avx2.c lm/qgemm.c lm/qgemm_avx2.c lm/qgemm_amx.c
 # The AVX-512 kernels with their unrolled copies for each head size, type and
 # token count, and the AVX2 prompt kernel (qgemm_avx2.c): -O1 under the
-# sanitizers took 45-320 s each on a Zen 1 (the fuzz build was two thirds
-# of what `make check` compiled), -O0 3-14 s.  The fuzzers run them on a few
-# tiny tensors, so their speed does not matter; the kernels the script
-# fuzzer runs for every token stay at -O1 (qdot_avx2.c at -O0 made its
+# sanitizers took 45-320 s each on a Zen 1 with the kernels' forced inlining
+# (the fuzz build was two thirds of what `make check` compiled), and still
+# takes 2.5-14 s each with LM_CHOSEN_INLINING; -O0 about 1 s.  The fuzzers run
+# them on a few tiny tensors, so their speed does not matter; the kernels the
+# script fuzzer runs for every token stay at -O1 (qdot_avx2.c at -O0 made its
 # runs four times slower).
 FUZZ_O0 = lm/attention_simd.c lm/qrow_vbmi.c lm/qgemm.c lm/qgemm_amx.c lm/qrow_k.c lm/qrow_k_gfni.c \
 	lm/qrow_klanes.c lm/qgemm_avx2.c
