@@ -75,7 +75,6 @@
 #define STEP_BLOCKS 16
 #define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
-
 /*
  * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
  * into the lanes layout, in place: vector q (4m bytes) holds nibble bytes

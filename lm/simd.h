@@ -154,6 +154,7 @@ AVX2 static INLINE __m128 halves4(const uint8_t *p, size_t stride)
         for (int64_t r = 0; r < nr; r++)                                                             \
             out[r] = row_fn(t, row0 + (size_t)r * rb, bs, k, a);                                     \
     }
+
 /*
  * The unsigned codes (code offset kept) of 32 weights as the file stores
  * them: what the row decoders of qdot_avx2.c store and its one-token row
