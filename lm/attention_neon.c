@@ -89,6 +89,15 @@ size_t lm_silu_mul_neon(float *g, const float *up, size_t n)
     return i;
 }
 
+/* dst[i] = src[i] as f32 (exact, as lm_f16_to_f32), 4 at a time; returns how many it did. */
+size_t lm_f16_to_f32_neon(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+    return i;
+}
+
 /* lm_softmax_exp, 16 keys a step: four vectors, their lanes its 16 partial sums. */
 float lm_softmax_exp_neon(float *scores, int lo, int hi, float mx)
 {
@@ -287,6 +296,12 @@ double lm_sumsq_neon(const float *x, int n)
 size_t lm_silu_mul_neon(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;
+    return 0;
+}
+
+size_t lm_f16_to_f32_neon(float *dst, const uint16_t *src, size_t n)
+{
+    (void)dst, (void)src, (void)n;
     return 0;
 }
 

@@ -541,11 +541,13 @@ int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const v
                                float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead);
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx);
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n);
+size_t lm_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
 /* attention_neon.c: the same on aarch64 (0: head sizes it does not take) */
 int lm_attend_group_neon(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);
 float lm_softmax_exp_neon(float *scores, int lo, int hi, float mx);
 size_t lm_silu_mul_neon(float *g, const float *up, size_t n);
+size_t lm_f16_to_f32_neon(float *dst, const uint16_t *src, size_t n);
 double lm_sumsq_neon(const float *x, int n);
 float lm_expf(float x);
 float lm_silu(float g);

@@ -132,3 +132,27 @@ int attcheck_range_edges(attend_fn attend, int n_step, char *msg, size_t cap)
     }
     return bad;
 }
+
+int attcheck_f16_rows(f16_rows_fn convert, size_t step, char *msg, size_t cap)
+{
+    enum { N = 65536 + 15 };
+    static uint16_t src[N];
+    static float dst[N];
+    int bad = 0;
+    for (size_t i = 0; i < N; i++)
+        src[i] = (uint16_t)(i * 40503u); /* every value, in an order that puts far ones side by side */
+    for (size_t n = N - 15; n <= N; n++) {
+        memset(dst, 0, sizeof dst);
+        const size_t done = convert(dst, src, n);
+        if (done != n / step * step) {
+            snprintf(msg, cap, "%zu values: converted %zu", n, done);
+            return bad + 1;
+        }
+        for (size_t i = 0; i < N; i++) {
+            const float want = i < done ? lm_f16_to_f32(src[i]) : 0.0f;
+            if (memcmp(&dst[i], &want, sizeof want) && !(isnan(dst[i]) && isnan(want)) && !bad++)
+                snprintf(msg, cap, "%zu values: f16 0x%04x -> %a, not %a", n, (unsigned)src[i], dst[i], want);
+        }
+    }
+    return bad;
+}

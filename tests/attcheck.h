@@ -29,4 +29,13 @@ int attcheck_groups(attend_fn attend, char *msg, size_t cap);
  */
 int attcheck_range_edges(attend_fn attend, int n_step, char *msg, size_t cap);
 
+/*
+ * A vector conversion of f16 rows to f32 (lm_f16_to_f32_avx2, _neon: how
+ * many it did, a multiple of `step`) over every f16 value at every
+ * alignment of a row's tail: each as lm_f16_to_f32 gives it (a NaN as a
+ * NaN).  Returns the count of wrong values.
+ */
+typedef size_t (*f16_rows_fn)(float *dst, const uint16_t *src, size_t n);
+int attcheck_f16_rows(f16_rows_fn convert, size_t step, char *msg, size_t cap);
+
 #endif

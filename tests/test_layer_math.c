@@ -104,6 +104,17 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* An f16 cache's rows converted for attention (lm_kv_layer_f32): the AVX2 converter gives lm_f16_to_f32's values. */
+START_TEST(test_f16_rows)
+{
+    if (lm_cpu_isa() < LM_ISA_AVX2)
+        return; /* (NEON's: tests/aarch64/neon_kernels.c) */
+    char msg[160] = "";
+    int bad = attcheck_f16_rows(lm_f16_to_f32_avx2, 8, msg, sizeof msg);
+    ck_assert_msg(!bad, "%d values differ, first: %s", bad, msg);
+}
+END_TEST
+
 /* RMSNorm with the AVX-512 sums of squares where there is AVX-512 gives each row lm_rmsnorm's bytes,
    and each sum (AVX2's too) is lm_sumsq's, for every tail length of its 16 partial sums. */
 START_TEST(test_rmsnorm_isa_bitwise)
@@ -266,6 +277,7 @@ TCase *tcase_layer_math(void)
     tcase_set_timeout(tc, 180); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_f16_rows);
     tcase_add_test(tc, test_softmax_bitwise);
     tcase_add_test(tc, test_attention_fast_bitwise);
     tcase_add_test(tc, test_attention_range_edges);

@@ -186,6 +186,10 @@ static void check_layer_math(void)
         fprintf(stderr, "FAIL attention: %d queries differ, first: %s\n", bad, msg);
         failures++;
     }
+    if ((bad = attcheck_f16_rows(lm_f16_to_f32_neon, 4, msg, sizeof msg))) {
+        fprintf(stderr, "FAIL f16 rows: %d values differ, first: %s\n", bad, msg);
+        failures++;
+    }
 }
 
 int main(void)
