@@ -10,6 +10,8 @@
  */
 #include "internal.h"
 
+#include <omp.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,12 +123,12 @@ void lm_rope_apply(const lm_model *m, float *h, int n_heads, int head_dim, const
 /* Where head kh of layer il begins in the cache: its K tiles, its V rows (elements). */
 static size_t k_head(const lm_kv *kv, int il, int kh)
 {
-    return ((size_t)il * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim;
+    return ((size_t)(il - kv->first_layer) * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim;
 }
 
 static size_t v_head(const lm_kv *kv, int il, int kh)
 {
-    return ((size_t)il * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim_v;
+    return ((size_t)(il - kv->first_layer) * kv->n_head_kv + kh) * kv->n_pos * kv->head_dim_v;
 }
 
 /* Component d of the key at pos, within its head's tiles. */
@@ -158,6 +160,68 @@ void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const 
         kv_put(kv, kv->k, kb + k_at(hd, pos, d), k[d]);
     for (int d = 0; d < hdv; d++)
         kv_put(kv, kv->v, vb + d, v[d]);
+}
+
+/*
+ * With an f16 cache, a pass of at least COPY_MIN_QUERIES queries a KV head
+ * converts the rows the layer's attention reads to f32 once and attends
+ * over those: else each set of queries converts every row it reads, and on
+ * AVX2 a conversion a vector cost about a third of the multiply-adds of the
+ * six queries it serves.  The same bytes (the conversion is exact).
+ * smollm2 Q4_K_M, `kvchat bench --kv-type f16 -r 2` (Zen 1, two threads,
+ * alternated twice): pp512 @ d2048 150-154 -> 163-168 t/s (f32 166-172),
+ * pp256 @ d3800 110-115 -> 125-127 (f32 128).  Fewer queries do not repay
+ * writing and reading the f32 rows: at d1000 smollm2's 8 and 16 tokens (24
+ * and 48 queries) 142-169 against 158-181 without, tinyllama's 8 (64)
+ * 31-34 against 34-36; 96-128 queries about level.
+ */
+#define COPY_MIN_QUERIES 192
+
+int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n)
+{
+    return kv->type == LM_KV_F16 && m->hp.n_head / m->hp.n_head_kv * n >= COPY_MIN_QUERIES;
+}
+
+size_t lm_kv_f32_floats(const lm_kv *kv)
+{
+    return (size_t)kv->n_head_kv * kv->n_pos * (size_t)(kv->head_dim + kv->head_dim_v);
+}
+
+/* n f16 values as f32, exactly. */
+static void f16_to_f32(float *dst, const uint16_t *src, size_t n, int isa)
+{
+    size_t i = isa >= LM_ISA_AVX2 ? lm_f16_to_f32_avx2(dst, src, n) : lm_isa_neon(isa) ? lm_f16_to_f32_neon(dst, src, n) : 0;
+    for (; i < n; i++)
+        dst[i] = lm_f16_to_f32(src[i]);
+}
+
+/* Positions from..to-1 of KV head kh of layer il into f32 (the K tiles holding them whole). */
+static void rows_to_f32(const lm_kv *kv, int il, int kh, int from, int to, const lm_kv *f32, int isa)
+{
+    const size_t hd = (size_t)kv->head_dim, hdv = (size_t)kv->head_dim_v;
+    const size_t k0 = (size_t)(from & ~15) * hd, k1 = (size_t)((to + 15) & ~15) * hd;
+    const size_t kb = k_head(kv, il, kh), fkb = k_head(f32, il, kh);
+    f16_to_f32((float *)f32->k + fkb + k0, (const uint16_t *)kv->k + kb + k0, k1 - k0, isa);
+    const size_t v0 = (size_t)from * hdv, v1 = (size_t)to * hdv;
+    const size_t vb = v_head(kv, il, kh), fvb = v_head(f32, il, kh);
+    f16_to_f32((float *)f32->v + fvb + v0, (const uint16_t *)kv->v + vb + v0, v1 - v0, isa);
+}
+
+lm_kv lm_kv_layer_f32(const lm_model *m, const lm_kv *kv, int il, int pos0, int n, float *buf, int isa)
+{
+    lm_kv f = *kv;
+    f.n_layer = 1, f.first_layer = il, f.type = LM_KV_F32;
+    f.k = buf, f.v = buf + (size_t)kv->n_head_kv * kv->n_pos * kv->head_dim;
+    const int heads = kv->n_head_kv, pieces = omp_get_num_threads();
+    const int lo = lm_attend_first_key(m, il, pos0) & ~15, end = pos0 + n, tiles = (end - lo + 15) / 16;
+#pragma omp for schedule(static)
+    for (int j = 0; j < heads * pieces; j++) { /* each head in a piece a thread, whole tiles */
+        const int kh = j / pieces, p = j % pieces;
+        const int from = lo + 16 * (tiles * p / pieces), to = lo + 16 * (tiles * (p + 1) / pieces);
+        if (from < to)
+            rows_to_f32(kv, il, kh, from, to < end ? to : end, &f, isa);
+    }
+    return f;
 }
 
 float lm_expf(float x)

@@ -42,6 +42,8 @@ struct lm_ctx {
     float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
     int scores_cap, att_qmax;
     float *split_scores; /* n_head rows of scores_cap, then n_head * n_threads maxima of 16 (split_parts) */
+    float *kv32;         /* one layer of an f16 cache as f32 (lm_kv_layer_f32), kv32_floats floats */
+    size_t kv32_floats;
     float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
     int rope_pos0, rope_n, rope_swa, rope_ctx; /* what they were computed for; rope_n -1: nothing */
 };
@@ -141,6 +143,7 @@ void lm_ctx_free(lm_ctx *c)
         free(c->scores[i]);
     free(c->scores);
     free(c->split_scores);
+    free(c->kv32);
     mm_scratch_free(&c->mm);
     free(c->x);
     free(c->xb);
@@ -416,6 +419,11 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
         attention_split(c, kv, il, pos0, parts);
         return;
     }
+    lm_kv f32;
+    const int copy = positioned && lm_kv_copy_worth(c->m, kv, n);
+    if (copy)
+        f32 = lm_kv_layer_f32(c->m, kv, il, pos0, n, c->kv32, c->mm.isa);
+    const lm_kv *akv = copy ? &f32 : kv; /* the cache attention reads */
     /* The queries sharing a KV head (its query heads, for every token) go
        over its cache rows together, a block of keys at a time, so the cache
        is read from memory once per job instead of once per query.  Jobs
@@ -442,8 +450,8 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
         }
         float *scores = c->scores[tid];
         lm_ahead ahead;
-        const int asks = c->mm.isa == LM_ISA_AVX2 && job_ahead(c, kv, il, job, jobs, n, pos0, &ahead);
-        lm_attend_group(c->m, kv, il, kh, qs, r1 - r0, scores, (size_t)c->scores_cap,
+        const int asks = c->mm.isa == LM_ISA_AVX2 && job_ahead(c, akv, il, job, jobs, n, pos0, &ahead);
+        lm_attend_group(c->m, akv, il, kh, qs, r1 - r0, scores, (size_t)c->scores_cap,
                         scores + (size_t)c->att_qmax * (size_t)c->scores_cap, c->mm.isa, asks ? &ahead : NULL);
     }
 }
@@ -630,6 +638,22 @@ static int ensure_scores(lm_ctx *c, int n_ctx, lm_err *e)
     return 0;
 }
 
+/* c->kv32 for kv when a pass of n tokens would use it (lm_kv_copy_worth). */
+static int ensure_kv32(lm_ctx *c, const lm_kv *kv, int n, lm_err *e)
+{
+    const size_t floats = lm_kv_f32_floats(kv);
+    if (!lm_kv_copy_worth(c->m, kv, n < c->ubatch ? n : c->ubatch) || c->kv32_floats >= floats)
+        return 0;
+    free(c->kv32);
+    c->kv32 = alloc_floats(floats); /* pages are mapped as the rows are converted */
+    c->kv32_floats = c->kv32 ? floats : 0;
+    if (!c->kv32) {
+        lm_seterr(e, "out of memory for an f32 copy of the cache's rows (%zu MiB)", floats * sizeof(float) >> 20);
+        return -1;
+    }
+    return 0;
+}
+
 static int embed(lm_ctx *c, const int32_t *tokens, int n, lm_err *e)
 {
     const lm_model *m = c->m;
@@ -706,7 +730,7 @@ static int decode_all(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int po
         lm_seterr(e, "positions %d..%d do not fit a context of %d", pos0, pos0 + n - 1, kv->n_ctx);
         return -1;
     }
-    if (ensure_scores(c, kv->n_ctx, e))
+    if (ensure_scores(c, kv->n_ctx, e) || ensure_kv32(c, kv, n, e))
         return -1;
     const size_t nv = (size_t)c->m->hp.n_vocab;
     for (int done = 0; done < n; done += c->ubatch) {

@@ -451,6 +451,17 @@ double lm_sum_parts16(const double part[16]);
 double lm_sumsq_avx512(const float *x, int n); /* lm_sumsq's bytes */
 double lm_sumsq_avx2(const float *x, int n);   /* the same */
 void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const float *v);
+/*
+ * An f16 cache read by many queries at once is converted to f32 once a
+ * layer: lm_kv_copy_worth says whether for a pass of n tokens;
+ * lm_kv_layer_f32, called by every thread of a parallel region (which share
+ * the work), converts the rows of layer il that tokens pos0..pos0+n-1
+ * attend into buf (lm_kv_f32_floats(kv) floats) and returns it as a cache
+ * of that one layer.
+ */
+int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n);
+size_t lm_kv_f32_floats(const lm_kv *kv);
+lm_kv lm_kv_layer_f32(const lm_model *m, const lm_kv *kv, int il, int pos0, int n, float *buf, int isa);
 /* Bytes of one element of the cache: f16 or f32. */
 static inline size_t lm_kv_elem_bytes(const lm_kv *kv)
 {

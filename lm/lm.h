@@ -184,12 +184,14 @@ enum lm_kv_type { LM_KV_F32 = 0, LM_KV_F16 = 1 };
  * kept in tiles of 16 positions, component by component (for each d, the
  * 16 keys' d-th values side by side), so 16 scores come out of one vector
  * multiply-add a component; its values are rows, one a position.  n_pos is
- * n_ctx rounded up to whole pairs of tiles.
+ * n_ctx rounded up to whole pairs of tiles.  It holds layers first_layer..
+ * first_layer + n_layer - 1: all of them (first_layer 0) but in the f32 copy
+ * of one layer that attention may read (forward.c's cache_as_f32).
  *   k: [n_layer][n_head_kv][n_pos / 16][head_dim][16]
  *   v: [n_layer][n_head_kv][n_pos][head_dim_v]
  */
 typedef struct lm_kv {
-    int n_ctx, n_pos, n_layer, n_head_kv, head_dim, head_dim_v, type;
+    int n_ctx, n_pos, n_layer, first_layer, n_head_kv, head_dim, head_dim_v, type;
     void *k, *v;
 } lm_kv;
 

@@ -200,11 +200,11 @@ END_TEST
 
 /* Logits of ids evaluated in chunks of the given sizes (cycled). */
 static float *eval_split(const lm_model *m, const int32_t *ids, int n, const int *chunks,
-                         int n_chunks, int threads)
+                         int n_chunks, int threads, int kv_type)
 {
     kv_context c;
     lm_err e;
-    ck_assert(kv_init(&c, m, n, LM_KV_F32, threads, &e) == 0);
+    ck_assert(kv_init(&c, m, n, kv_type, threads, &e) == 0);
     size_t nv = (size_t)m->hp.n_vocab;
     float *out = malloc((size_t)n * nv * sizeof *out);
     for (int done = 0, k = 0; done < n; k++) {
@@ -236,12 +236,20 @@ START_TEST(test_bitwise_determinism)
         open_model(&m, mp);
         /* odd: a token alone at 261 too, whose heads the 3 threads cut in parts (forward.c's split_parts) */
         int one[] = {300}, seq[] = {1}, odd[] = {7, 1, 130, 3, 120, 1, 38};
-        float *a = eval_split(&m, ids, n, one, 1, 2);
-        float *b = eval_split(&m, ids, n, seq, 1, 1);
-        float *c = eval_split(&m, ids, n, odd, 7, 3);
+        float *a = eval_split(&m, ids, n, one, 1, 2, LM_KV_F32);
+        float *b = eval_split(&m, ids, n, seq, 1, 1, LM_KV_F32);
+        float *c = eval_split(&m, ids, n, odd, 7, 3, LM_KV_F32);
         size_t bytes = (size_t)n * (size_t)m.hp.n_vocab * sizeof(float);
         ck_assert_msg(!memcmp(a, b, bytes), "%s: batch != sequential", models[k]);
         ck_assert_msg(!memcmp(a, c, bytes), "%s: batch != odd splits", models[k]);
+        free(a), free(b), free(c);
+        /* an f16 cache: long passes attend over its rows converted once a layer (lm_kv_layer_f32),
+           a token alone over the cache itself */
+        a = eval_split(&m, ids, n, one, 1, 2, LM_KV_F16);
+        b = eval_split(&m, ids, n, seq, 1, 1, LM_KV_F16);
+        c = eval_split(&m, ids, n, odd, 7, 3, LM_KV_F16);
+        ck_assert_msg(!memcmp(a, b, bytes), "%s: f16 cache: batch != sequential", models[k]);
+        ck_assert_msg(!memcmp(a, c, bytes), "%s: f16 cache: batch != odd splits", models[k]);
         free(a), free(b), free(c), free(ids), free(tp), free(mp);
         lm_model_close(&m);
     }
@@ -310,7 +318,7 @@ START_TEST(test_sliding_window)
         open_model(&m, p);
         ck_assert_int_eq(lm_layer_swa(&m, 1), window > 0);
         int one[] = {N};
-        float *la = eval_split(&m, a, N, one, 1, 1), *lb = eval_split(&m, b, N, one, 1, 1);
+        float *la = eval_split(&m, a, N, one, 1, 1, LM_KV_F32), *lb = eval_split(&m, b, N, one, 1, 1, LM_KV_F32);
         size_t row = (size_t)m.hp.n_vocab, far = (size_t)(2 * (W - 1) + 1);
         int same = !memcmp(la + far * row, lb + far * row, (N - far) * row * sizeof(float));
         ck_assert_msg(same == (window > 0), "window %d: far positions %s", window,
@@ -421,9 +429,9 @@ START_TEST(test_weights_copy)
     if (lm_weights_copied(&settled) && lm_lanes_layout_native() && strstr(models[_i], "Q4_0"))
         ck_assert_msg(in_lanes > 0, "%s: no matrix in the lanes layout", models[_i]);
     const int whole[] = {300};
-    float *a = eval_split(&mapped, ids, n, whole, 1, 2);
-    float *b = eval_split(&copied, ids, n, ones, sizeof ones / sizeof ones[0], 2);
-    float *c = eval_split(&settled, ids, n, whole, 1, 2);
+    float *a = eval_split(&mapped, ids, n, whole, 1, 2, LM_KV_F32);
+    float *b = eval_split(&copied, ids, n, ones, sizeof ones / sizeof ones[0], 2, LM_KV_F32);
+    float *c = eval_split(&settled, ids, n, whole, 1, 2, LM_KV_F32);
     size_t bytes = (size_t)n * (size_t)mapped.hp.n_vocab * sizeof(float);
     ck_assert_msg(!memcmp(a, b, bytes), "logits change while the copy is made");
     ck_assert_msg(!memcmp(a, c, bytes), "logits change with the weights in the copy");
