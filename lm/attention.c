@@ -173,18 +173,23 @@ void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const 
  * pp256 @ d3800 110-115 -> 125-127 (f32 128).  Fewer queries do not repay
  * writing and reading the f32 rows: at d1000 smollm2's 8 and 16 tokens (24
  * and 48 queries) 142-169 against 158-181 without, tinyllama's 8 (64)
- * 31-34 against 34-36; 96-128 queries about level.
+ * 31-34 against 34-36; 96-128 queries about level.  The copy takes up to
+ * COPY_MAX_BYTES (a 1.1B model's at 2048 positions: 4 MiB; a 7B's without
+ * grouped queries at 4096 would take 128), beyond which its memory would
+ * outgrow what a context may add to the file and the cache.
  */
 #define COPY_MIN_QUERIES 192
-
-int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n)
-{
-    return kv->type == LM_KV_F16 && m->hp.n_head / m->hp.n_head_kv * n >= COPY_MIN_QUERIES;
-}
+#define COPY_MAX_BYTES (32u << 20)
 
 size_t lm_kv_f32_floats(const lm_kv *kv)
 {
     return (size_t)kv->n_head_kv * kv->n_pos * (size_t)(kv->head_dim + kv->head_dim_v);
+}
+
+int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n)
+{
+    return kv->type == LM_KV_F16 && m->hp.n_head / m->hp.n_head_kv * n >= COPY_MIN_QUERIES &&
+           lm_kv_f32_floats(kv) * sizeof(float) <= COPY_MAX_BYTES;
 }
 
 /* n f16 values as f32, exactly. */
