@@ -195,7 +195,9 @@ int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n)
 /* n f16 values as f32, exactly. */
 static void f16_to_f32(float *dst, const uint16_t *src, size_t n, int isa)
 {
-    size_t i = isa >= LM_ISA_AVX2 ? lm_f16_to_f32_avx2(dst, src, n) : lm_isa_neon(isa) ? lm_f16_to_f32_neon(dst, src, n) : 0;
+    size_t i = isa >= LM_ISA_AVX2 ? lm_f16_to_f32_avx2(dst, src, n)
+               : lm_isa_neon(isa)  ? lm_f16_to_f32_neon(dst, src, n)
+                                   : 0;
     for (; i < n; i++)
         dst[i] = lm_f16_to_f32(src[i]);
 }

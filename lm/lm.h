@@ -186,7 +186,7 @@ enum lm_kv_type { LM_KV_F32 = 0, LM_KV_F16 = 1 };
  * multiply-add a component; its values are rows, one a position.  n_pos is
  * n_ctx rounded up to whole pairs of tiles.  It holds layers first_layer..
  * first_layer + n_layer - 1: all of them (first_layer 0) but in the f32 copy
- * of one layer that attention may read (forward.c's cache_as_f32).
+ * of one layer that attention may read (lm/attention.c's lm_kv_layer_f32).
  *   k: [n_layer][n_head_kv][n_pos / 16][head_dim][16]
  *   v: [n_layer][n_head_kv][n_pos][head_dim_v]
  */
