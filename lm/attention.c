@@ -1,7 +1,8 @@
 /*
  * lm/attention.c - the per-token pieces of a layer: RMSNorm, rotary
  * position embeddings (NORM and NEOX pairing, per-layer bases, Llama-3
- * and LongRoPE frequency factors), the KV cache rows, and causal attention
+ * and LongRoPE frequency factors), the KV cache rows (and an f16 cache's
+ * rows as f32, once a layer, for long passes), and causal attention
  * of the query heads sharing a KV head over the cache with an optional
  * sliding window and soft-capping.  Each query's result depends on its own
  * token's data and the cache only, which is what keeps batched and
