@@ -193,14 +193,15 @@ int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n)
            lm_kv_f32_floats(kv) * sizeof(float) <= COPY_MAX_BYTES;
 }
 
-/* n f16 values as f32, exactly. */
+/* n f16 values as f32, exactly (the F16 weights' conversion where there is AVX2). */
 static void f16_to_f32(float *dst, const uint16_t *src, size_t n, int isa)
 {
-    size_t i = isa >= LM_ISA_AVX2 ? lm_f16_to_f32_avx2(dst, src, n)
-               : lm_isa_neon(isa)  ? lm_f16_to_f32_neon(dst, src, n)
-                                   : 0;
-    for (; i < n; i++)
-        dst[i] = lm_f16_to_f32(src[i]);
+    if (isa >= LM_ISA_AVX2) {
+        lm_halves_to_f32_avx2(dst, LM_F16, src, (int64_t)n);
+        return;
+    }
+    const size_t i = lm_isa_neon(isa) ? lm_f16_to_f32_neon(dst, src, n) : 0;
+    lm_dequant_row(LM_F16, src + i, dst + i, (int64_t)(n - i));
 }
 
 /* Positions from..to-1 of KV head kh of layer il into f32 (the K tiles holding them whole). */

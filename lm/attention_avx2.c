@@ -116,15 +116,6 @@ AVX2 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
     return i;
 }
 
-/* dst[i] = src[i] as f32 (exact, as lm_f16_to_f32), 8 at a time; returns how many it did. */
-AVX2 size_t lm_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    return i;
-}
-
 /* lm_softmax_exp, 16 keys a step: two vectors, their lanes its 16 partial sums. */
 AVX2 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
 {
@@ -413,12 +404,6 @@ double lm_sumsq_avx2(const float *x, int n)
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;
-    return 0;
-}
-
-size_t lm_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
-{
-    (void)dst, (void)src, (void)n;
     return 0;
 }
 

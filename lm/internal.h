@@ -85,6 +85,8 @@ int lm_quantize_act_avx2(uint32_t wtype, const float *x, void *dst, int64_t k); 
 int lm_quantize_act_neon(uint32_t wtype, const float *x, void *dst, int64_t k);   /* 0: not here */
 void lm_qrow_decode_scalar(qrow *r, uint32_t type, const void *src, int64_t k);
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k);
+/* k F16 or BF16 values (type t) as floats, lm_dequant_row's, eight at a time (qdot_avx2.c). */
+void lm_halves_to_f32_avx2(float *f, uint32_t t, const void *row, int64_t k);
 void lm_k_scales(uint32_t type, const uint8_t *blk, int *sc, int *mn); /* super-block's 16 group scales, mins */
 void lm_k_codes(uint32_t type, const uint8_t *blk, uint8_t *u);      /* its 256 codes, unsigned */
 void lm_k_scales_decode(qrow *r, uint32_t type, const uint8_t *blk, int64_t i);
@@ -552,7 +554,6 @@ int lm_attend_group_avx2_ahead(const lm_attq *qs, int n, const void *k0, const v
                                float scale, float cap, float *scores, size_t sstride, int f16, lm_ahead *ahead);
 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx);
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n);
-size_t lm_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
 /* attention_neon.c: the same on aarch64 (0: head sizes it does not take) */
 int lm_attend_group_neon(const lm_attq *qs, int n, const void *k0, const void *v0, int hd, int hdv,
                          float scale, float cap, float *scores, size_t sstride, float *acc, int f16);

@@ -55,8 +55,9 @@ AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
 }
 
 /* F16 and BF16 rows as floats, eight at a time. */
-AVX2 static void decode_halves_avx2(float *f, uint32_t t, const uint8_t *src, int64_t k)
+AVX2 void lm_halves_to_f32_avx2(float *f, uint32_t t, const void *row, int64_t k)
 {
+    const uint8_t *src = row;
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
         _mm256_storeu_ps(f + i, halves_ps(t, src + 2 * i));
@@ -102,7 +103,7 @@ AVX2 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
         return 1;
     }
     if (type == LM_F16 || type == LM_BF16) {
-        decode_halves_avx2(r->f, type, b, k);
+        lm_halves_to_f32_avx2(r->f, type, b, k);
         return 1;
     }
     if (type != LM_Q2_K && type != LM_Q3_K && type != LM_Q4_K && type != LM_Q5_K && type != LM_Q6_K)
@@ -625,6 +626,10 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
 
 #else /* not x86 */
 
+void lm_halves_to_f32_avx2(float *f, uint32_t t, const void *row, int64_t k)
+{
+    lm_dequant_row(t, row, f, k);
+}
 int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 {
     (void)r, (void)type, (void)src, (void)k;

@@ -30,8 +30,8 @@ int attcheck_groups(attend_fn attend, char *msg, size_t cap);
 int attcheck_range_edges(attend_fn attend, int n_step, char *msg, size_t cap);
 
 /*
- * A vector conversion of f16 rows to f32 (lm_f16_to_f32_avx2, _neon: how
- * many it did, a multiple of `step`) over every f16 value at every
+ * A vector conversion of f16 rows to f32 (lm_f16_to_f32_neon: how many it
+ * did, a multiple of `step`; AVX2's converts all) over every f16 value at every
  * alignment of a row's tail: each as lm_f16_to_f32 gives it (a NaN as a
  * NaN).  Returns the count of wrong values.
  */
