@@ -181,9 +181,15 @@ static uint32_t klanes_tag(const lm_tensor *w)
     return w->layout == LM_LAYOUT_Q4_K_LANES ? LM_Q4_K_LANES : w->layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K_LANES : 0;
 }
 
-/* The kernels' name for w's Q5_0 or Q5_1 lanes layout (AVX2: qdot_avx2.c, qgemm_avx2.c), or 0. */
-static uint32_t q5_lanes_tag(const lm_tensor *w)
+/*
+ * The kernels' name for w's Q5_0 or Q5_1 lanes layout, or its Q4_0 one
+ * where AVX2 reads it (qdot_avx2.c, qgemm_avx2.c; AVX-512 VBMI's kernels
+ * take Q4_0's otherwise), or 0.
+ */
+static uint32_t avx2_lanes_tag(const lm_tensor *w, const mm_scratch *s)
 {
+    if (w->layout == LM_LAYOUT_Q4_0_LANES)
+        return s->isa == LM_ISA_AVX2 ? LM_Q4_0_LANES : 0;
     return w->layout == LM_LAYOUT_Q5_0_LANES ? LM_Q5_0_LANES : w->layout == LM_LAYOUT_Q5_1_LANES ? LM_Q5_1_LANES : 0;
 }
 
@@ -192,7 +198,7 @@ static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
     if (klanes_tag(w)) /* AVX2: Q4_K's, one token (qrow_klanes_avx2.c) or eight rows a batch (qgemm_avx2.c) */
         return s->gfni || (s->isa == LM_ISA_AVX2 && klanes_tag(w) == LM_Q4_K_LANES);
-    if (q5_lanes_tag(w)) /* AVX2 only: one token (qdot_avx2.c), eight rows a batch */
+    if (avx2_lanes_tag(w, s)) /* AVX2 only: one token (qdot_avx2.c), eight rows a batch */
         return s->isa == LM_ISA_AVX2;
     return in_lanes(w) && s->vbmi;
 }
@@ -337,8 +343,8 @@ static int64_t rows8_times_tokens(float *out, const lm_tensor *w, int t0, int nt
     const size_t rb = lm_row_bytes(w->type, k);
     void *scratch = s->r8[omp_get_thread_num()];
     const uint32_t tag = klanes_tag(w)     ? klanes_tag(w)
-                         : q5_lanes_tag(w) ? q5_lanes_tag(w)
-                                           : w->type; /* (eights: the file's or these lanes) */
+                         : avx2_lanes_tag(w, s) ? avx2_lanes_tag(w, s)
+                                                 : w->type; /* (eights: the file's or these lanes) */
 #pragma omp for schedule(guided) nowait
     for (int64_t c = 0; c < rows / 8; c++)
         lm_rows8_avx2(tag, (const uint8_t *)w->data + (size_t)c * 8 * rb, rb, k, acts + t0, nt,
@@ -388,8 +394,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
             return nt == 1 && lm_rows_klanes_avx2(klanes_tag(w), row, rb, e - a, k, &acts[t0], o);
         return lm_rows_klanes(klanes_tag(w), row, rb, e - a, k, acts + t0, nt, o, (size_t)rows);
     }
-    if (q5_lanes_tag(w)) /* (a batch goes eight rows at a time, rows8_times_tokens) */
-        return nt == 1 && lanes_native(w, s) && lm_rows_avx2(q5_lanes_tag(w), row, rb, e - a, k, &acts[t0], o);
+    if (avx2_lanes_tag(w, s)) /* (a batch goes eight rows at a time, rows8_times_tokens) */
+        return nt == 1 && lanes_native(w, s) && lm_rows_avx2(avx2_lanes_tag(w, s), row, rb, e - a, k, &acts[t0], o);
     if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
         if (!lanes_native(w, s) || !acts[t0].lanes)
             return 0;
@@ -502,7 +508,7 @@ static int act_layout(const lm_tensor *w, int n_tok, int grouped, const mm_scrat
     const int b32 = w->type == LM_Q4_0 || w->type == LM_Q5_0;
     if (klanes_tag(w)) /* (AVX2 takes a batch eight rows at a time, from the codes as rounded) */
         return lanes_native(w, s) && !grouped && (s->gfni || n_tok == 1) ? LAYOUT_KLANES : LAYOUT_AS_ROUNDED;
-    if (q5_lanes_tag(w)) /* (a batch takes the codes as rounded, qgemm_avx2.c) */
+    if (avx2_lanes_tag(w, s)) /* (a batch takes the codes as rounded, qgemm_avx2.c) */
         return lanes_native(w, s) && n_tok == 1 ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;
     if (in_lanes(w))
         return lanes_native(w, s) && !grouped ? LAYOUT_LANES : LAYOUT_AS_ROUNDED;

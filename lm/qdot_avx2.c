@@ -357,7 +357,7 @@ AVX2 static INLINE float row_b32_avx2(uint32_t t, const uint8_t *row, size_t bs,
  * stored8_avx2's (Q4_1: its min terms are rows_mins_avx2's).  Q5_1 is
  * not taken here: its fifth bits picked out this way cost what the lanes
  * save (smollm2 generating 76-78 t/s either way); its rows are laid out at
- * load as Q5_0's are (repack.c) and read by row_q5_lanes_avx2.
+ * load as Q5_0's are (repack.c) and read by row_layout_avx2.
  */
 AVX2 static INLINE __m128i b32_nibbles(uint32_t t, const uint8_t *blk, int j, int m)
 {
@@ -466,75 +466,80 @@ AVX2 static INLINE float row_b32_lanes_avx2(uint32_t t, const uint8_t *row, size
 }
 
 /*
- * Q5_0 and Q5_1 rows in their lanes layouts (repack.c, internal.h): a step's nibble
- * bytes lie as b32_lanes8_avx2's transposes leave them, and block j's
- * fifth bits lie in lane j with code 4q + i's at bit q of byte i and code
- * 16 + 4q + i's at bit 4 + q, so a shift and a mask put each at bit 4 of
- * its code's byte: no permutes, no bits picked out byte by byte (one core,
- * in L2, 256 rows of 2048: 82 -> 34 us).  The sums and float steps are
- * b32_lanes8_avx2's, so the bytes are too.  Half h (blocks 8h..) of a step
- * of m blocks, c <= 8 of them, into acc's lanes (the others add 0 * 0).
+ * Q4_0, Q5_0 and Q5_1 rows in their lanes layouts (repack.c, internal.h): a
+ * step's nibble bytes lie as b32_lanes8_avx2's transposes leave them, and
+ * Q5's block j's fifth bits lie in lane j with code 4q + i's at bit q of
+ * byte i and code 16 + 4q + i's at bit 4 + q, so a shift and a mask put
+ * each at bit 4 of its code's byte: no inserts, no transposes, no bits
+ * picked out byte by byte (one core, in L2, 256 Q5_0 rows of 2048: 82 ->
+ * 34 us).  The sums and float steps are b32_lanes8_avx2's, so the bytes
+ * are too.  Half h (blocks 8h..) of a step of m blocks, c <= 8 of them,
+ * into acc's lanes (the others add 0 * 0).
  */
-AVX2 static INLINE __m256 q5_lanes8_avx2(const uint8_t *step, const int m, int h, const int c, const act_row *a,
-                                         int64_t b, __m256 acc)
+AVX2 static INLINE __m256 layout8_avx2(uint32_t t, const uint8_t *step, const int m, int h, const int c,
+                                       const act_row *a, int64_t b, __m256 acc)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i fifth = first_dwords(step + LM_Q5_0_FIFTH(m) + 32 * h, c);
+    const int q5 = t != LM_Q4_0;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i fifth = q5 ? first_dwords(step + LM_Q5_0_FIFTH(m) + 32 * h, c) : _mm256_setzero_si256();
     const int8_t *qw = a->qw + 512 * (b / 16) + 32 * h;
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* Q5: lows, highs apart */
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        __m256i l, u;
-        q5_lanes_codes(first_dwords(step + 4 * m * q + 32 * h, c), fifth, q, &l, &u);
-        lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
-        hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
+        const __m256i x = first_dwords(step + 4 * m * q + 32 * h, c);
+        __m256i l = _mm256_and_si256(x, m4), u = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+        if (q5)
+            q5_lanes_codes(x, fifth, q, &l, &u);
+        p[0] = _mm256_add_epi16(p[0], _mm256_maddubs_epi16(l, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
+        p[q5] = _mm256_add_epi16(p[q5],
+                                 _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
     }
-    __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
-    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(hi, ones));
-    const uint8_t *d = step + LM_Q5_0_SCALES(m) + 16 * h;
+    __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
+    if (q5)
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p[1], ones));
+    const uint8_t *d = step + lm_lanes_scales(t, m) + 16 * h;
     const __m256 dw = _mm256_cvtph_ps(c == 8 ? _mm_loadu_si128((const __m128i *)d) : block_scales8_words(d, 2, c));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, c)), _mm256_cvtepi32_ps(sums), acc);
 }
 
 /* A row's last step's half of c blocks, c a constant in each case (the masks and copies unrolled). */
-AVX2 static INLINE __m256 q5_tail_avx2(const uint8_t *step, int m, int h, int c, const act_row *a, int64_t b,
-                                       __m256 acc)
+AVX2 static INLINE __m256 layout_tail_avx2(uint32_t t, const uint8_t *step, int m, int h, int c, const act_row *a,
+                                           int64_t b, __m256 acc)
 {
     switch (c) {
-    case 1: return q5_lanes8_avx2(step, m, h, 1, a, b, acc);
-    case 2: return q5_lanes8_avx2(step, m, h, 2, a, b, acc);
-    case 3: return q5_lanes8_avx2(step, m, h, 3, a, b, acc);
-    case 4: return q5_lanes8_avx2(step, m, h, 4, a, b, acc);
-    case 5: return q5_lanes8_avx2(step, m, h, 5, a, b, acc);
-    case 6: return q5_lanes8_avx2(step, m, h, 6, a, b, acc);
-    case 7: return q5_lanes8_avx2(step, m, h, 7, a, b, acc);
-    default: return q5_lanes8_avx2(step, m, h, 8, a, b, acc);
+    case 1: return layout8_avx2(t, step, m, h, 1, a, b, acc);
+    case 2: return layout8_avx2(t, step, m, h, 2, a, b, acc);
+    case 3: return layout8_avx2(t, step, m, h, 3, a, b, acc);
+    case 4: return layout8_avx2(t, step, m, h, 4, a, b, acc);
+    case 5: return layout8_avx2(t, step, m, h, 5, a, b, acc);
+    case 6: return layout8_avx2(t, step, m, h, 6, a, b, acc);
+    case 7: return layout8_avx2(t, step, m, h, 7, a, b, acc);
+    default: return layout8_avx2(t, step, m, h, 8, a, b, acc);
     }
 }
 
 /*
- * A Q5_0 or Q5_1 row (bs: 22 or 24 bytes a block) in its lanes layout
- * against a token in lanes: steps of 16 blocks, a row's last m < 16 a step
- * too (Q5_1: without the min terms, rows_mins_avx2).
+ * A Q4_0, Q5_0 or Q5_1 row (bs: 18, 22 or 24 bytes a block) in its lanes
+ * layout against a token in lanes: steps of 16 blocks, a row's last m < 16
+ * a step too (Q5_1: without the min terms, rows_mins_avx2).
  */
-AVX2 static INLINE float row_q5_lanes_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
+AVX2 static INLINE float row_layout_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
 {
-    (void)t;
     const int64_t nb = k / 32;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* blocks b % 16 < 8, then the rest */
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
         lm_prefetch_ahead(row + bs * b, 16 * bs, 1, a->ahead);
-        lo = q5_lanes8_avx2(row + bs * b, 16, 0, 8, a, b, lo);
-        hi = q5_lanes8_avx2(row + bs * b, 16, 1, 8, a, b + 8, hi);
+        lo = layout8_avx2(t, row + bs * b, 16, 0, 8, a, b, lo);
+        hi = layout8_avx2(t, row + bs * b, 16, 1, 8, a, b + 8, hi);
     }
     const int m = (int)(nb - b);
     if (m > 0) {
         lm_prefetch_ahead(row + bs * b, bs * (size_t)m, 1, a->ahead);
-        lo = q5_tail_avx2(row + bs * b, m, 0, m < 8 ? m : 8, a, b, lo);
+        lo = layout_tail_avx2(t, row + bs * b, m, 0, m < 8 ? m : 8, a, b, lo);
     }
     if (m > 8)
-        hi = q5_tail_avx2(row + bs * b, m, 1, m - 8, a, b + 8, hi);
+        hi = layout_tail_avx2(t, row + bs * b, m, 1, m - 8, a, b + 8, hi);
     return hsum16_avx2(lo, hi);
 }
 
@@ -542,7 +547,8 @@ ROWS_AVX2(rows_q4_0_avx2, row_b32_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q4_0_lanes_avx2, row_b32_lanes_avx2, LM_Q4_0, 18)
 ROWS_AVX2(rows_q5_0_lanes_avx2, row_b32_lanes_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q5_0_avx2, row_b32_avx2, LM_Q5_0, 22)
-ROWS_AVX2(rows_q5_0_layout_avx2, row_q5_lanes_avx2, LM_Q5_0, 22)
+ROWS_AVX2(rows_q4_0_layout_avx2, row_layout_avx2, LM_Q4_0, 18)
+ROWS_AVX2(rows_q5_0_layout_avx2, row_layout_avx2, LM_Q5_0, 22)
 ROWS_AVX2(rows_q8_0_avx2, row_b32_avx2, LM_Q8_0, 34)
 
 /*
@@ -591,7 +597,7 @@ AVX2 static INLINE void rows_mins_avx2(const uint8_t *row0, size_t rb, int64_t n
 ROWS_MINS_AVX2(rows_q4_1_avx2, row_b32_avx2, LM_Q4_1, 20, 0)
 ROWS_MINS_AVX2(rows_q5_1_avx2, row_b32_avx2, LM_Q5_1, 24, 0)
 ROWS_MINS_AVX2(rows_q4_1_lanes_avx2, row_b32_lanes_avx2, LM_Q4_1, 20, 0)
-ROWS_MINS_AVX2(rows_q5_1_layout_avx2, row_q5_lanes_avx2, LM_Q5_1, 24, 1)
+ROWS_MINS_AVX2(rows_q5_1_layout_avx2, row_layout_avx2, LM_Q5_1, 24, 1)
 #undef ROWS_MINS_AVX2
 
 ROWS_AVX2(rows_f16_avx2, row_halves_avx2, LM_F16, 2)
@@ -609,11 +615,14 @@ AVX2 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, in
     switch (t) {
     case LM_Q4_0: (a->lanes ? rows_q4_0_lanes_avx2 : rows_q4_0_avx2)(row0, rb, nr, k, a, out); return 1;
     case LM_Q5_0: (a->lanes ? rows_q5_0_lanes_avx2 : rows_q5_0_avx2)(row0, rb, nr, k, a, out); return 1;
-    case LM_Q5_0_LANES: /* (their lanes layouts: only against a token in lanes) */
+    case LM_Q4_0_LANES: /* (their lanes layouts: only against a token in lanes) */
+    case LM_Q5_0_LANES:
     case LM_Q5_1_LANES:
         if (!a->lanes)
             return 0;
-        (t == LM_Q5_0_LANES ? rows_q5_0_layout_avx2 : rows_q5_1_layout_avx2)(row0, rb, nr, k, a, out);
+        (t == LM_Q4_0_LANES   ? rows_q4_0_layout_avx2
+         : t == LM_Q5_0_LANES ? rows_q5_0_layout_avx2
+                              : rows_q5_1_layout_avx2)(row0, rb, nr, k, a, out);
         return 1;
     case LM_Q8_0: rows_q8_0_avx2(row0, rb, nr, k, a, out); return 1;
     case LM_Q4_1: (a->lanes ? rows_q4_1_lanes_avx2 : rows_q4_1_avx2)(row0, rb, nr, k, a, out); return 1;

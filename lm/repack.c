@@ -19,7 +19,7 @@
  * step of their own in the same order (vectors of 4m bytes, then m
  * scales).  Only matrices whose rows come 16 at a time and
  * hold a step at least are rearranged, and only where
- * the kernels that read them run (AVX-512 with VBMI; where AMX takes the
+ * the kernels that read them run (AVX-512 with VBMI, or AVX2; where AMX takes the
  * prompts, its rows are transposed straight from the layout, qgemm_amx.c);
  * any other path unpacks a row to the file's layout before reading it.
  * (Xeon with AMX, two threads: tinyllama Q4_0 generation 41 -> 49 t/s,
@@ -29,7 +29,12 @@
  * included): with the last blocks left as the file has them, generation
  * level and 6-token prompts 8% faster; with them in a short step of their
  * own, generation 92-96 -> 103-106 t/s and 6-token prompts 358-370 ->
- * 389-406, 512-token ones level.
+ * 389-406, 512-token ones level.  Where AVX2 is the widest, its kernels
+ * read the layout too (qdot_avx2.c, qgemm_avx2.c): one token's eight blocks
+ * a step without the four inserts and eight unpacks that transpose the
+ * file's, which on a core that splits 256-bit operations in two (Zen 1)
+ * had set the pace instead of memory: tinyllama Q4_0 generating 27-28 ->
+ * 33-35 t/s, qwen2.5-0.5b Q4_0 41-43 -> 51-52; prompts level.
  *
  * Q5_0 (AVX2 only): the same steps of 16 blocks (22 bytes each), the
  * nibble vectors as Q4_0's, then each block's 32 fifth bits with code c's
@@ -354,11 +359,15 @@ void lm_tensor_row_f32(const lm_tensor *t, int64_t i, float *out, uint8_t *scrat
     lm_dequant_row(t->type, row, out, t->ne[0]);
 }
 
-/* Whether this machine's kernels read rearranged Q4_0 rows natively (KVCHAT_ISA forces other paths). */
+/*
+ * Whether this machine's kernels read rearranged Q4_0 rows natively: AVX-512
+ * VBMI's (qrow_vbmi.c), or AVX2's where it is the widest (qdot_avx2.c,
+ * qgemm_avx2.c).  KVCHAT_ISA forces other paths.
+ */
 int lm_lanes_layout_native(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return !getenv("KVCHAT_ISA") && lm_cpu_isa() >= LM_ISA_AVX512 && lm_cpu_vbmi();
+    return !getenv("KVCHAT_ISA") && ((lm_cpu_isa() >= LM_ISA_AVX512 && lm_cpu_vbmi()) || lm_cpu_isa() == LM_ISA_AVX2);
 #else
     return 0; /* its kernels are AVX-512 VBMI ones */
 #endif

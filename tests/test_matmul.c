@@ -153,6 +153,7 @@ START_TEST(test_matmul_lanes_layout)
     static const struct { int layout, type, k; } cases[] = {
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 512},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 2048},
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 896},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 1568}, /* 12 and 1 blocks past the steps */
+        {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 576},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 1184}, /* 2 and 5 past */
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1280},
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
