@@ -493,6 +493,7 @@ AVX2 static INLINE __m256 layout8_avx2(uint32_t t, const uint8_t *step, const in
         p[0] = _mm256_add_epi16(p[0], _mm256_maddubs_epi16(l, _mm256_loadu_si256((const __m256i *)(qw + 64 * q))));
         p[q5] = _mm256_add_epi16(p[q5],
                                  _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(qw + 64 * (q + 4)))));
+        OPAQUE256X2(p[0], p[1]);
     }
     __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
     if (q5)

@@ -75,6 +75,7 @@ AVX2 static INLINE __m256 q4_k_step_avx2(const uint8_t *st, const act_row *a, in
             const __m256i qhi = _mm256_loadu_si256((const __m256i *)(qc + 64));
             A[2 * h] = _mm256_add_epi16(A[2 * h], _mm256_maddubs_epi16(lo, qlo));
             A[2 * h + 1] = _mm256_add_epi16(A[2 * h + 1], _mm256_maddubs_epi16(hi, qhi));
+            OPAQUE256X2(A[2 * h], A[2 * h + 1]);
         }
     }
     __m256i T[2], M[2];
