@@ -171,13 +171,17 @@ AVX2 static INLINE void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, si
     }
 }
 
-/* Q5_0 fifth bits in the lanes layout's order (repack.c: code c's at bit 8(c % 4) + c / 4) -> bytes of 0x00 / 0x10. */
-AVX2 static INLINE __m256i spread_bits32(uint32_t bits)
+/* transpose8x4 of the first c <= 4 dwords of each row (the rest 0): a lanes step's last blocks. */
+AVX2 static INLINE void transpose8x4_first(const uint8_t *const p[8], int c, __m256i w[4])
 {
-    const __m256i mask = _mm256_setr_epi32(0x01010101, 0x02020202, 0x04040404, 0x08080808, 0x10101010, 0x20202020,
-                                           0x40404040, (int)0x80808080);
-    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_set1_epi32((int)bits), mask), mask);
-    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+    __m256i a[4], t[4];
+#pragma GCC unroll 8
+    for (int r = 0; r < 4; r++)
+        a[r] = _mm256_set_m128i(first_dwords4(p[r + 4], c), first_dwords4(p[r], c));
+    t[0] = _mm256_unpacklo_epi32(a[0], a[1]), t[1] = _mm256_unpackhi_epi32(a[0], a[1]);
+    t[2] = _mm256_unpacklo_epi32(a[2], a[3]), t[3] = _mm256_unpackhi_epi32(a[2], a[3]);
+    w[0] = _mm256_unpacklo_epi64(t[0], t[2]), w[1] = _mm256_unpackhi_epi64(t[0], t[2]);
+    w[2] = _mm256_unpacklo_epi64(t[1], t[3]), w[3] = _mm256_unpackhi_epi64(t[1], t[3]);
 }
 
 /*
@@ -186,9 +190,11 @@ AVX2 static INLINE __m256i spread_bits32(uint32_t bits)
  * j..j+3's nibble bytes 4q..4q+3, so one transpose8x4 gives block j + s's
  * codes 4q.. (low nibbles) and 16 + 4q.. (high) of all eight rows, and one
  * more Q5's fifth bits, which a shift puts at bit 4 (q5_lanes_codes, as
- * qdot_avx2.c's layout8_avx2).  A step's last 1-3 blocks go one at a time.
+ * qdot_avx2.c's layout8_avx2).  c < 4: a step's last blocks, loaded by
+ * their size (one at a time, each byte copied, they had cost rows of 576
+ * columns, 16 + 2 blocks, twice the unpacking time of the file's layout).
  */
-AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, int j, size_t rb, const int q5)
+AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, int j, int c, size_t rb, const int q5)
 {
     const uint8_t *p[8];
     __m256i f[4], x[4];
@@ -197,15 +203,15 @@ AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, in
     for (int r = 0; r < 8; r++)
         p[r] = step + r * rb + LM_Q5_0_FIFTH(m) + 4 * j;
     if (q5)
-        transpose8x4(p, f);
+        c == 4 ? transpose8x4(p, f) : transpose8x4_first(p, c, f);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* each vector stored as it comes: 16 at once spilled */
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             p[r] = step + r * rb + 4 * (size_t)m * q + 4 * j;
-        transpose8x4(p, x);
+        c == 4 ? transpose8x4(p, x) : transpose8x4_first(p, c, x);
 #pragma GCC unroll 4
-        for (int s = 0; s < 4; s++) { /* block j + s */
+        for (int s = 0; s < c; s++) { /* block j + s */
             __m256i lo = _mm256_and_si256(x[s], m4), hi = _mm256_and_si256(_mm256_srli_epi16(x[s], 4), m4);
             if (q5)
                 q5_lanes_codes(x[s], f[s], q, &lo, &hi);
@@ -213,22 +219,6 @@ AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, in
             _mm256_storeu_si256((__m256i *)(dst + 256 * s + 32 * (q + 4)), hi);
         }
     }
-}
-
-/* Block j of a step of m (Q5: with its fifth bits) of eight rows, one block alone. */
-AVX2 static INLINE void layout_one(uint8_t *dst, const uint8_t *step, int m, int j, size_t rb, const int q5)
-{
-    __m256i v[8];
-    for (int r = 0; r < 8; r++) {
-        uint8_t nib[16];
-        uint32_t bits = 0;
-        for (int q = 0; q < 4; q++)
-            memcpy(nib + 4 * q, step + r * rb + 4 * (size_t)m * q + 4 * j, 4);
-        if (q5)
-            memcpy(&bits, step + r * rb + LM_Q5_0_FIFTH(m) + 4 * j, 4);
-        v[r] = _mm256_or_si256(nibbles32(nib), spread_bits32(bits));
-    }
-    put_lanes8(dst, v);
 }
 
 /* Q4_0, Q5_0 or Q5_1 rows in their lanes layouts (tag: LM_Q4_0_LANES..): codes, scales, Q5_1's mins. */
@@ -240,13 +230,12 @@ AVX2 static INLINE void unpack_layout(rows8 *w, uint32_t tag, const uint8_t *row
     for (int64_t b0 = 0; b0 < nb; b0 += 16) {
         const int m = lm_lanes_step_blocks(nb, b0);
         const uint8_t *step = row0 + bs * b0;
-        int j = 0;
-        for (; j + 4 <= m; j += 4)
-            q5 ? layout_four(w->codes + (b0 + j) * 256, step, m, j, rb, 1)
-               : layout_four(w->codes + (b0 + j) * 256, step, m, j, rb, 0);
-        for (; j < m; j++)
-            layout_one(w->codes + (b0 + j) * 256, step, m, j, rb, q5);
-        for (j = 0; j < m; j++) { /* after the codes, so a step's lines are read in order: with the
+        for (int j = 0; j < m; j += 4) {
+            const int c = m - j < 4 ? m - j : 4;
+            q5 ? layout_four(w->codes + (b0 + j) * 256, step, m, j, c, rb, 1)
+               : layout_four(w->codes + (b0 + j) * 256, step, m, j, c, rb, 0);
+        }
+        for (int j = 0; j < m; j++) { /* after the codes, so a step's lines are read in order: with the
                                      scales first, 16384 Q4_0 rows of 2048 from memory took 3.8 ms
                                      to unpack on one core, 2.9 in the file's layout and so now */
             _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + lm_lanes_scales(t, m) + 2 * j, rb));
