@@ -100,17 +100,27 @@ AVX2 static INLINE void transpose8(const __m256i v[8], __m256i w[8])
     }
 }
 
-/* The same four lanes of eight 16-byte rows (p[r]): w[s] holds bytes 4s..4s + 3 of every row. */
-AVX2 static INLINE void transpose8x4(const uint8_t *const p[8], __m256i w[4])
+/*
+ * The same four lanes of eight rows (p[r]): w[s] holds bytes 4s..4s + 3 of
+ * every row; only the first c <= 4 dwords of each are read (a lanes step's
+ * last blocks), the rest are 0.
+ */
+AVX2 static INLINE void transpose8x4_first(const uint8_t *const p[8], int c, __m256i w[4])
 {
     __m256i a[4], t[4];
 #pragma GCC unroll 8
     for (int r = 0; r < 4; r++) /* rows r and r + 4 */
-        a[r] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)p[r + 4]), _mm_loadu_si128((const __m128i *)p[r]));
+        a[r] = _mm256_set_m128i(first_dwords4(p[r + 4], c), first_dwords4(p[r], c));
     t[0] = _mm256_unpacklo_epi32(a[0], a[1]), t[1] = _mm256_unpackhi_epi32(a[0], a[1]);
     t[2] = _mm256_unpacklo_epi32(a[2], a[3]), t[3] = _mm256_unpackhi_epi32(a[2], a[3]);
     w[0] = _mm256_unpacklo_epi64(t[0], t[2]), w[1] = _mm256_unpackhi_epi64(t[0], t[2]);
     w[2] = _mm256_unpacklo_epi64(t[1], t[3]), w[3] = _mm256_unpackhi_epi64(t[1], t[3]);
+}
+
+/* Eight 16-byte rows, four lanes each. */
+AVX2 static INLINE void transpose8x4(const uint8_t *const p[8], __m256i w[4])
+{
+    transpose8x4_first(p, 4, w);
 }
 
 /* Eight rows' lanes (v[r]) stored lane by lane: for codes, 32 of a row become eight steps of four. */
@@ -171,19 +181,6 @@ AVX2 static INLINE void unpack_b32(rows8 *w, uint32_t t, const uint8_t *row0, si
     }
 }
 
-/* transpose8x4 of the first c <= 4 dwords of each row (the rest 0): a lanes step's last blocks. */
-AVX2 static INLINE void transpose8x4_first(const uint8_t *const p[8], int c, __m256i w[4])
-{
-    __m256i a[4], t[4];
-#pragma GCC unroll 8
-    for (int r = 0; r < 4; r++)
-        a[r] = _mm256_set_m128i(first_dwords4(p[r + 4], c), first_dwords4(p[r], c));
-    t[0] = _mm256_unpacklo_epi32(a[0], a[1]), t[1] = _mm256_unpackhi_epi32(a[0], a[1]);
-    t[2] = _mm256_unpacklo_epi32(a[2], a[3]), t[3] = _mm256_unpackhi_epi32(a[2], a[3]);
-    w[0] = _mm256_unpacklo_epi64(t[0], t[2]), w[1] = _mm256_unpackhi_epi64(t[0], t[2]);
-    w[2] = _mm256_unpacklo_epi64(t[1], t[3]), w[3] = _mm256_unpackhi_epi64(t[1], t[3]);
-}
-
 /*
  * Eight Q4_0 or (q5) Q5_0 rows in their lanes layout (repack.c): each
  * row's 16 bytes of a step's nibble vector q at block j hold blocks
@@ -235,9 +232,10 @@ AVX2 static INLINE void unpack_layout(rows8 *w, uint32_t tag, const uint8_t *row
             q5 ? layout_four(w->codes + (b0 + j) * 256, step, m, j, c, rb, 1)
                : layout_four(w->codes + (b0 + j) * 256, step, m, j, c, rb, 0);
         }
-        for (int j = 0; j < m; j++) { /* after the codes, so a step's lines are read in order: with the
-                                     scales first, 16384 Q4_0 rows of 2048 from memory took 3.8 ms
-                                     to unpack on one core, 2.9 in the file's layout and so now */
+        /* the scales after the codes, so that a step's lines are read in order: with the scales
+           first, 16384 Q4_0 rows of 2048 from memory took 3.8 ms to unpack on one core, 2.9 in
+           the file's layout and so now */
+        for (int j = 0; j < m; j++) {
             _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + lm_lanes_scales(t, m) + 2 * j, rb));
             if (t == LM_Q5_1)
                 _mm256_storeu_ps(w->m + (b0 + j) * 8, halves8(step + LM_Q5_1_MINS(m) + 2 * j, rb));
