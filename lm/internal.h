@@ -328,12 +328,11 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
  * step (24m bytes) is the same, then block j's f16 min at 22m + 2j.
  */
 #define LM_Q5_0_FIFTH(m) (16 * (size_t)(m))
-#define LM_Q5_0_SCALES(m) (20 * (size_t)(m))
 #define LM_Q5_1_MINS(m) (22 * (size_t)(m))
 /* Where a Q4_0 (t), Q5_0 or Q5_1 lanes step of m blocks keeps its scales: after the nibbles (and fifth bits). */
 static inline size_t lm_lanes_scales(uint32_t t, int m)
 {
-    return t == LM_Q4_0 ? 16 * (size_t)m : LM_Q5_0_SCALES(m);
+    return (t == LM_Q4_0 ? 16 : 20) * (size_t)m;
 }
 uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_Q5_0, LM_Q5_1 */
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */

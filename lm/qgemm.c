@@ -217,7 +217,7 @@ AVX512 static void q4_0_lanes_prepare(const uint8_t *row, int64_t nb, int8_t *s8
         put_q4_0_4(_mm512_permutex2var_epi64(a_lo, quad_hi, c_lo), s8, corr16, b + 4);
         put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_lo, c_hi), s8, corr16, b + 8);
         put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_hi, c_hi), s8, corr16, b + 12);
-        _mm512_storeu_ps(d + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + 256))));
+        _mm512_storeu_ps(d + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + lm_lanes_scales(LM_Q4_0, 16)))));
     }
 }
 

@@ -145,7 +145,7 @@ AVX512 static INLINE void q4_0_lanes_s8(int8_t *s8, float *d, const uint8_t *ste
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (8 + r)), _mm512_castsi512_si256(z1));
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (12 + r)), _mm512_extracti64x4_epi64(z1, 1));
     }
-    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(step + 256))));
+    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(step + lm_lanes_scales(LM_Q4_0, 16)))));
 }
 
 /*

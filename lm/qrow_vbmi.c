@@ -432,8 +432,9 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
             u[q] = _mm512_and_si512(x, m4);
             u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
         }
-        *dw = _mm512_cvtph_ps(m == 16 ? _mm256_loadu_si256((const __m256i *)(w + 256))
-                                      : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), w + 16 * m));
+        const uint8_t *d = w + lm_lanes_scales(LM_Q4_0, m);
+        *dw = _mm512_cvtph_ps(m == 16 ? _mm256_loadu_si256((const __m256i *)d)
+                                      : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), d));
         return;
     }
     const int bs = lm_b32_block_bytes(t), per = blocks_per_part(bs), parts = (16 + per - 1) / per;

@@ -93,7 +93,7 @@ void lm_q4_0_to_lanes(uint8_t *step, int m)
         const uint8_t *blk = in + 18 * j;
         for (int q = 0; q < 4; q++)
             memcpy(step + 4 * m * q + 4 * j, blk + 2 + 4 * q, 4);
-        memcpy(step + 16 * m + 2 * j, blk, 2);
+        memcpy(step + lm_lanes_scales(LM_Q4_0, m) + 2 * j, blk, 2);
     }
 }
 
@@ -103,7 +103,7 @@ void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m)
     for (int j = 0; j < m; j++) {
         for (int q = 0; q < 4; q++)
             memcpy(out + 18 * j + 2 + 4 * q, step + 4 * m * q + 4 * j, 4);
-        memcpy(out + 18 * j, step + 16 * m + 2 * j, 2);
+        memcpy(out + 18 * j, step + lm_lanes_scales(LM_Q4_0, m) + 2 * j, 2);
     }
 }
 
@@ -159,7 +159,7 @@ static void q5_to_lanes(uint8_t *step, int m, uint32_t t)
         for (int q = 0; q < 4; q++)
             memcpy(step + 4 * m * q + 4 * j, blk + at + 4 + 4 * q, 4);
         memcpy(step + LM_Q5_0_FIFTH(m) + 4 * j, &qh, 4);
-        memcpy(step + LM_Q5_0_SCALES(m) + 2 * j, blk, 2);
+        memcpy(step + lm_lanes_scales(t, m) + 2 * j, blk, 2);
         if (five_one)
             memcpy(step + LM_Q5_1_MINS(m) + 2 * j, blk + 2, 2);
     }
@@ -177,7 +177,7 @@ static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, uint32_t 
             uint32_t qh;
             memcpy(&qh, step + LM_Q5_0_FIFTH(m) + 4 * j, 4);
             qh = fifth_bits_gathered(qh);
-            memcpy(out, step + LM_Q5_0_SCALES(m) + 2 * j, 2);
+            memcpy(out, step + lm_lanes_scales(t, m) + 2 * j, 2);
             if (five_one)
                 memcpy(out + 2, step + LM_Q5_1_MINS(m) + 2 * j, 2);
             memcpy(out + at, &qh, 4);
