@@ -199,7 +199,7 @@ AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, in
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
         p[r] = step + r * rb + LM_Q5_0_FIFTH(m) + 4 * j;
-    if (q5)
+    if (q5) /* (c == 4 apart: whole loads, no per-row branch on the count) */
         c == 4 ? transpose8x4(p, f) : transpose8x4_first(p, c, f);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* each vector stored as it comes: 16 at once spilled */
