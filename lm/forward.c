@@ -172,12 +172,14 @@ static void rope_tables(lm_ctx *c, int il, int n, int pos0, int n_ctx)
     const int swa = lm_layer_swa(m, il), half = m->hp.n_rot / 2;
     if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_swa == swa && c->rope_ctx == n_ctx)
         return;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++)
         lm_rope_angles(m, il, pos0 + t, n_ctx, c->rope_cs + (size_t)t * half,
                        c->rope_sn + (size_t)t * half);
-#pragma omp single /* after every thread has read the old key, above */
+    lm_barrier_wait(&c->mm.bar);
+#pragma omp single nowait /* after every thread has read the old key, above */
     c->rope_n = n, c->rope_pos0 = pos0, c->rope_swa = swa, c->rope_ctx = n_ctx;
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /*
@@ -211,9 +213,10 @@ static void position_head(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int t
 static void position_qk(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, int pos0)
 {
     const int n_kv = c->m->hp.n_head_kv;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int j = 0; j < n * n_kv; j++)
         position_head(c, kv, L, il, j / n_kv, pos0, j % n_kv);
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /*
@@ -349,14 +352,15 @@ static void attention_split(lm_ctx *c, lm_kv *kv, int il, int pos0, int parts)
     const size_t row = (size_t)c->scores_cap;
     float *maxima = c->split_scores + (size_t)hp->n_head * row; /* [head][part][query][16] */
     lm_attq qs[LM_ATT_QMAX];
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int j = 0; j < jobs; j++) {
         const int kh = j / parts, part = j % parts;
         head_queries(c, kh, pos0, qs);
         lm_attend_scores_part(c->m, kv, il, kh, qs, group, part, parts, c->split_scores + kh * group * row,
                               row, maxima + (size_t)(kh * parts + part) * group * 16);
     }
-#pragma omp for schedule(static)
+    lm_barrier_wait(&c->mm.bar);
+#pragma omp for schedule(static) nowait
     for (int j = 0; j < jobs; j++) {
         const int kh = j / parts, part = j % parts;
         float *own = c->scores[omp_get_thread_num()];
@@ -365,6 +369,7 @@ static void attention_split(lm_ctx *c, lm_kv *kv, int il, int pos0, int parts)
                               row, maxima + (size_t)kh * parts * group * 16, own, row,
                               own + (size_t)c->att_qmax * row);
     }
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /*
@@ -432,7 +437,7 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
     const int group = hp->n_head / hp->n_head_kv, per_kv = group * n, chunks = head_chunks(c, n);
     const int left = leftover_heads(c, n), whole = hp->n_head_kv - left;
     const int jobs = left ? whole + left * c->n_threads : hp->n_head_kv * chunks;
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(dynamic) nowait
     for (int job = 0; job < jobs; job++) {
         int kh, part, tid = omp_get_thread_num();
         job_head(job, hp->n_head_kv, chunks, left, &kh, &part);
@@ -454,20 +459,22 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
         lm_attend_group(c->m, akv, il, kh, qs, r1 - r0, scores, (size_t)c->scores_cap,
                         scores + (size_t)c->att_qmax * (size_t)c->scores_cap, c->mm.isa, asks ? &ahead : NULL);
     }
+    lm_barrier_wait(&c->mm.bar);
 }
 
-static void add_bias(float *x, const lm_tensor *b, int n, int dim)
+static void add_bias(lm_ctx *c, float *x, const lm_tensor *b, int n, int dim)
 {
     if (!b)
         return;
     const float *bd = b->data;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++) {
         float *xt = x + (size_t)t * dim;
 #pragma omp simd
         for (int i = 0; i < dim; i++)
             xt[i] += bd[i];
     }
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /* Q, K, V of n tokens from c->xb: separate matrices or one fused [q | k | v]. */
@@ -480,26 +487,28 @@ static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
     } else {
         int all = c->q_dim + c->k_dim + c->v_dim;
         lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int t = 0; t < n; t++) {
             const float *r = c->hb + (size_t)t * all;
             memcpy(c->q + (size_t)t * c->q_dim, r, (size_t)c->q_dim * sizeof *r);
             memcpy(c->k + (size_t)t * c->k_dim, r + c->q_dim, (size_t)c->k_dim * sizeof *r);
             memcpy(c->v + (size_t)t * c->v_dim, r + c->q_dim + c->k_dim, (size_t)c->v_dim * sizeof *r);
         }
+        lm_barrier_wait(&c->mm.bar);
     }
-    add_bias(c->q, L->bq, n, c->q_dim);
-    add_bias(c->k, L->bk, n, c->k_dim);
-    add_bias(c->v, L->bv, n, c->v_dim);
+    add_bias(c, c->q, L->bq, n, c->q_dim);
+    add_bias(c, c->k, L->bk, n, c->k_dim);
+    add_bias(c, c->v, L->bv, n, c->v_dim);
 }
 
 /* out = RMSNorm(x) * w for n tokens, a token a step. */
 static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w, int n)
 {
     const int E = c->m->hp.n_embd;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++)
         lm_rmsnorm_isa(out + (size_t)t * E, x + (size_t)t * E, w->data, E, c->m->hp.rms_eps, c->mm.isa);
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /*
@@ -512,7 +521,7 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm
 {
     const lm_hparams *hp = &c->m->hp;
     const int E = hp->n_embd;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm) /* in place: a row's sum is taken before it is written */
@@ -523,6 +532,7 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm
         if (next)
             lm_rmsnorm_isa(c->xb + (size_t)t * E, x, next->data, E, hp->rms_eps, c->mm.isa);
     }
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /*
@@ -534,11 +544,12 @@ static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm
 static void keep_rows(lm_ctx *c, int from, int n)
 {
     const size_t E = (size_t)c->m->hp.n_embd, qd = (size_t)c->q_dim;
-#pragma omp single
+#pragma omp single nowait
     {
         memmove(c->q, c->q + (size_t)from * qd, (size_t)(n - from) * qd * sizeof *c->q);
         memmove(c->x, c->x + (size_t)from * E, (size_t)(n - from) * E * sizeof *c->x);
     }
+    lm_barrier_wait(&c->mm.bar);
 }
 
 /* The attention half of layer il for n tokens; returns how many rows go on (keep from 'from'). */
@@ -574,16 +585,17 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
         lm_matmul_many(outs, ws, 2, c->xb, n, &c->mm);
     } else {
         lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
-#pragma omp single
+#pragma omp single nowait
         for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */
             memcpy(c->hb + (size_t)t * F, c->hb2 + (size_t)t * 2 * F, (size_t)F * sizeof(float));
             memmove(c->hb2 + (size_t)t * F, c->hb2 + (size_t)t * 2 * F + F, (size_t)F * sizeof(float));
         }
+        lm_barrier_wait(&c->mm.bar);
     }
     if (!gelu) {
         /* element by element: one token's features are shared out among the threads */
         const int parts = n == 1 ? omp_get_num_threads() : 1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int j = 0; j < n * parts; j++) {
             const size_t t = (size_t)(j / parts), f = (size_t)F;
             const int p = j % parts;
@@ -591,11 +603,13 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
             size_t b = p + 1 == parts ? f : f * (size_t)(p + 1) / (size_t)parts & ~(size_t)15;
             lm_silu_mul(c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
         }
+        lm_barrier_wait(&c->mm.bar);
         return;
     }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t i = 0; i < (size_t)n * F; i++)
         c->hb[i] = lm_gelu(m, c->hb[i]) * c->hb2[i];
+    lm_barrier_wait(&c->mm.bar);
 }
 
 static void ffn_block(lm_ctx *c, int il, int n)
@@ -683,9 +697,10 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
     lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
     float cap = m->hp.final_softcap;
     if (cap > 0) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (size_t i = 0; i < (size_t)(n - first) * (size_t)m->hp.n_vocab; i++)
             logits[i] = cap * tanhf(logits[i] / cap);
+        lm_barrier_wait(&c->mm.bar);
     }
 }
 
@@ -704,8 +719,9 @@ static int decode_ubatch(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int
 #pragma omp parallel num_threads(c->n_threads)
     for (int il = 0; il < c->m->hp.n_layer; il++) {
         if (n > 1) {
-#pragma omp single /* every thread sees the same answer */
+#pragma omp single nowait /* every thread sees the same answer */
             halt = stop && *stop;
+            lm_barrier_wait(&c->mm.bar);
         }
         if (halt)
             break;

@@ -7,6 +7,7 @@
 
 #include "lm.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 enum arch_flags {
@@ -413,8 +414,26 @@ void lm_weights_leave(const lm_model *m);
 int lm_weights_settled(const lm_model *m); /* no copy, or every tensor in it */
 void lm_weights_free(struct lm_copy *cp);
 
+/*
+ * A barrier among the threads of the enclosing OpenMP region: a pass's
+ * worksharing loops end `nowait` and wait here instead.  libgomp's last
+ * thread to reach a barrier calls futex(FUTEX_WAKE) every time, whether or
+ * not a thread sleeps (a microsecond on this project's VMs), and a
+ * generated token passes about 270 of them (smollm2).  Here it calls the
+ * kernel only when a thread went to sleep (barrier.c).  Zen 5, two
+ * threads, `kvchat bench -p 6 -n 64 -r 3` alternated twice: generation
+ * smollm2 Q4_K_M 271-297 -> 295-312 t/s, its Q8_0 208-231 -> 225-246,
+ * qwen2.5-0.5b Q4_0 122-141 -> 143-152.
+ */
+typedef struct lm_barrier {
+    atomic_uint arrived, phase, sleepers;
+} lm_barrier;
+void lm_barrier_init(lm_barrier *b);
+void lm_barrier_wait(lm_barrier *b); /* every thread of the enclosing region calls it */
+
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
+    lm_barrier bar;    /* the threads of a pass, between its steps */
     int n_threads, isa, amx, vbmi, gfni;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */

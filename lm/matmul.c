@@ -72,6 +72,7 @@ static int qrow_alloc(qrow *r, int64_t max_k)
 
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
+    lm_barrier_init(&s->bar);
     s->n_threads = n_threads;
     s->ahead = LM_AHEAD_ONE;
     s->isa = lm_cpu_isa();
@@ -560,15 +561,17 @@ static void round_acts(const lm_tensor *w, const float *x, int n_tok, int groupe
         round_token(w, x, 1, grouped, omp_get_thread_num(), s);
         return;
     }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < n_tok; t++)
         round_token(w, x + (size_t)t * k, n_tok, grouped, t, s);
+    lm_barrier_wait(&s->bar);
     if (grouped) {
         const int atype = lm_act_type(w->type);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int g = 0; g < (n_tok + 15) / 16; g++)
             lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
                             s->amx, s->isa, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
+        lm_barrier_wait(&s->bar);
     }
 }
 
@@ -655,9 +658,8 @@ static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, 
     for (int j = 0; j < nw; j++) {
         const int grouped = is_grouped(ws[j], n_tok, s);
         if (j == 0 || !acts_fit(ws[j - 1], ws[j])) {
-            if (j > 0 && n_tok > 1) { /* the last matrix's kernels may still read the activations */
-#pragma omp barrier
-            }
+            if (j > 0 && n_tok > 1) /* the last matrix's kernels may still read the activations */
+                lm_barrier_wait(&s->bar);
             round_acts(ws[j], x, n_tok, grouped, s);
         }
         matmul_rows(outs[j], ws[j], n_tok, grouped, s);
@@ -674,7 +676,7 @@ void lm_matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, cons
 {
     if (omp_in_parallel()) {
         matmul_many(outs, ws, nw, x, n_tok, s);
-#pragma omp barrier
+        lm_barrier_wait(&s->bar);
         return;
     }
     const int nt = nw == 1 && ws[0]->ne[1] < 64 ? 1 : s->n_threads;
