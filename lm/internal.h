@@ -427,6 +427,7 @@ void lm_weights_free(struct lm_copy *cp);
  */
 typedef struct lm_barrier {
     atomic_uint arrived, phase, sleepers;
+    int procs; /* processors this process may run on */
 } lm_barrier;
 void lm_barrier_init(lm_barrier *b);
 void lm_barrier_wait(lm_barrier *b); /* every thread of the enclosing region calls it */
