@@ -223,7 +223,7 @@ lm_kv lm_kv_layer_f32(const lm_model *m, const lm_kv *kv, int il, int pos0, int 
     f.k = buf, f.v = buf + (size_t)kv->n_head_kv * kv->n_pos * kv->head_dim;
     const int heads = kv->n_head_kv, pieces = omp_get_num_threads();
     const int lo = lm_attend_first_key(m, il, pos0) & ~15, end = pos0 + n, tiles = (end - lo + 15) / 16;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int j = 0; j < heads * pieces; j++) { /* each head in a piece a thread, whole tiles */
         const int kh = j / pieces, p = j % pieces;
         const int from = lo + 16 * (tiles * p / pieces), to = lo + 16 * (tiles * (p + 1) / pieces);

@@ -426,8 +426,10 @@ static void attention(lm_ctx *c, lm_kv *kv, const lm_layer *L, int il, int n, in
     }
     lm_kv f32;
     const int copy = positioned && lm_kv_copy_worth(c->m, kv, n);
-    if (copy)
+    if (copy) {
         f32 = lm_kv_layer_f32(c->m, kv, il, pos0, n, c->kv32, c->mm.isa);
+        lm_barrier_wait(&c->mm.bar); /* every thread's rows converted */
+    }
     const lm_kv *akv = copy ? &f32 : kv; /* the cache attention reads */
     /* The queries sharing a KV head (its query heads, for every token) go
        over its cache rows together, a block of keys at a time, so the cache

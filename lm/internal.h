@@ -483,7 +483,8 @@ void lm_kv_store_head(lm_kv *kv, int il, int pos, int kh, const float *k, const 
  * lm_kv_layer_f32, called by every thread of a parallel region (which share
  * the work), converts the rows of layer il that tokens pos0..pos0+n-1
  * attend into buf (lm_kv_f32_floats(kv) floats) and returns it as a cache
- * of that one layer.
+ * of that one layer; it does not wait for the other threads' rows (the
+ * caller does, at the pass's barrier, lm_barrier_wait).
  */
 int lm_kv_copy_worth(const lm_model *m, const lm_kv *kv, int n);
 size_t lm_kv_f32_floats(const lm_kv *kv);
