@@ -164,6 +164,64 @@ static double read_bandwidth(const read_probe *r)
     return best;
 }
 
+/*
+ * Each thread's core, read as dependent additions a second (one a cycle:
+ * about its clock), the best of a few rounds with every thread at once.
+ * On a VM a core can share its time with another guest for minutes: the
+ * Zen 5 of 2026-11-30 ran one of its two at 1.9-2.3 billion against the
+ * other's 3.2 for half an hour, then both at 3.5, and every figure of a
+ * run in such a spell is off with it.  Taken before and after the tests,
+ * so that a reader can tell such a run from a slow program.
+ */
+#define CORE_ADDS 2000000
+#define CORE_ROUNDS 5
+#define CORES_SHOWN 16
+
+static void core_speeds(int threads, double *adds)
+{
+#pragma omp parallel num_threads(threads)
+    {
+        double best = 0;
+        for (int r = 0; r < CORE_ROUNDS; r++) {
+            unsigned long x = 0;
+            const double t0 = now_s();
+            for (long i = 0; i < CORE_ADDS; i++) {
+                x += 1;
+                __asm__ volatile("" : "+r"(x)); /* each addition waits for the last */
+            }
+            const double rate = (double)x / (now_s() - t0) / 1e9;
+            best = rate > best ? rate : best;
+        }
+        adds[omp_get_thread_num()] = best;
+    }
+}
+
+/* "3.52, 3.49" (the first CORES_SHOWN threads, then their range) appended to buf. */
+static void cores_text(char *buf, size_t cap, const double *adds, int threads)
+{
+    size_t used = strlen(buf);
+    double lo = adds[0], hi = adds[0];
+    for (int i = 0; i < threads && used < cap; i++) {
+        lo = adds[i] < lo ? adds[i] : lo, hi = adds[i] > hi ? adds[i] : hi;
+        if (i < CORES_SHOWN)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.2f", i ? ", " : "", adds[i]);
+    }
+    if (threads > CORES_SHOWN && used < cap)
+        snprintf(buf + used, cap - used, ", ... (all %.2f-%.2f)", lo, hi);
+}
+
+/* The line that reports both readings (before, after: threads values each). */
+static void print_cores(const double *before, const double *after, int threads)
+{
+    char line[1024] = "";
+    cores_text(line, sizeof line, before, threads);
+    strncat(line, " billion before the tests, ", sizeof line - strlen(line) - 1);
+    cores_text(line, sizeof line, after, threads);
+    printf("\nDependent additions a second on each thread's core (about its clock; a core well below the "
+           "others shares its time with something else): %s after\n",
+           line);
+}
+
 /* Bytes of weights one generated token reads: every matrix, one embedding row. */
 static double bytes_per_token(const lm_model *m, double *params)
 {
@@ -378,6 +436,12 @@ int cmd_bench(const cli_opts *opts)
     /* the 1 GiB the readings go through, filled once, and only when a tg test reports its share */
     read_probe probe = {0};
     const int measured = most_n > 0 && !o.bench_csv && probe_init(&probe, o.bench_t[0]) == 0;
+    int threads = 1; /* the most any test runs with */
+    for (int i = 0; i < o.n_bench_t; i++)
+        threads = o.bench_t[i] > threads ? o.bench_t[i] : threads;
+    double *cores = o.bench_csv ? NULL : calloc(2 * (size_t)threads, sizeof *cores);
+    if (cores)
+        core_speeds(threads, cores);
     lm_err e = {{0}};
     int rc = 0;
     print_header(&o);
@@ -385,6 +449,11 @@ int cmd_bench(const cli_opts *opts)
         rc = tests_with_threads(&b, o.bench_t[i], measured ? &probe : NULL, notes, cap, &e);
     if (!rc && notes[0])
         printf("\n%s", notes);
+    if (!rc && cores) {
+        core_speeds(threads, cores + threads);
+        print_cores(cores, cores + threads, threads);
+    }
+    free(cores);
     free(probe.buf);
     free(notes);
     free(toks);

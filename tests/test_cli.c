@@ -47,7 +47,8 @@ END_TEST
 /*
  * kvchat bench: --csv gives one pp and one tg row with positive rates; the
  * table names the model and the tests, and says what share of the
- * machine's read bandwidth generation used; lists of -p and -t give every
+ * machine's read bandwidth generation used and how fast each thread's
+ * core ran before and after; lists of -p and -t give every
  * combination in order, and a malformed list is refused.
  */
 START_TEST(test_bench)
@@ -75,6 +76,14 @@ START_TEST(test_bench)
                                  &gbs, &pct, &lo, &hi) == 4 &&
                       gbs > 0 && pct > 0 && lo > 0 && lo <= hi,
                   "%s", out);
+    /* each thread's core read before and after the tests: additions a second, about a clock */
+    double core[4];
+    const char *cores = strstr(out, "something else): ");
+    ck_assert_msg(cores && sscanf(cores, "something else): %lf, %lf billion before the tests, %lf, %lf after",
+                                  &core[0], &core[1], &core[2], &core[3]) == 4,
+                  "%s", out);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(core[i] > 0.05 && core[i] < 50, "core reading %g\n%s", core[i], out);
     free(out);
     /* lists, as llama-bench takes them: every test for each thread count, in order */
     char *c[] = {"bench", "-m", model, "-p", "8,16", "-n", "4", "-r", "1", "-t", "1,2", "--csv", NULL};
