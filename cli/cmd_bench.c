@@ -168,10 +168,11 @@ static double read_bandwidth(const read_probe *r)
  * Each thread's core, read as dependent additions a second (one a cycle:
  * about its clock), the best of a few rounds with every thread at once.
  * On a VM a core can share its time with another guest for minutes: the
- * Zen 5 of 2026-11-30 ran one of its two at 1.9-2.3 billion against the
- * other's 3.2 for half an hour, then both at 3.5, and every figure of a
- * run in such a spell is off with it.  Taken before and after the tests,
- * so that a reader can tell such a run from a slow program.
+ * Zen 5 of 2026-11-30 ran one of its two at 1.8-2.6 billion against the
+ * other's 3.1-3.5 for ten minutes at a time, between spells of both at
+ * 3.5, and every figure of a run in such a spell is off with it.  Taken
+ * before and after the tests, so that a reader can tell such a run from
+ * a slow program.
  */
 #define CORE_ADDS 2000000
 #define CORE_ROUNDS 5
