@@ -403,6 +403,14 @@ static void default_lists(cli_opts *o)
         o->bench_d[o->n_bench_d++] = 0;
 }
 
+/* The largest of v[0..n), and at least floor. */
+static int list_max(const int *v, int n, int floor)
+{
+    for (int i = 0; i < n; i++)
+        floor = v[i] > floor ? v[i] : floor;
+    return floor;
+}
+
 int cmd_bench(const cli_opts *opts)
 {
     cli_opts o = *opts;
@@ -411,16 +419,9 @@ int cmd_bench(const cli_opts *opts)
     if (cli_open_model(&o, &m, NULL))
         return EXIT_ERR;
     lm_weights_settle(&m); /* time the weights where generation reads them: in the copy, once made */
-    int most = 1, most_n = 0;
-    for (int i = 0; i < o.n_bench_p; i++)
-        most = o.bench_p[i] > most ? o.bench_p[i] : most;
-    for (int i = 0; i < o.n_bench_n; i++)
-        most_n = o.bench_n[i] > most_n ? o.bench_n[i] : most_n;
-    most = most_n > most ? most_n : most;
-    int deepest = 0;
-    for (int i = 0; i < o.n_bench_d; i++)
-        deepest = o.bench_d[i] > deepest ? o.bench_d[i] : deepest;
-    most += deepest; /* a test at depth d reads tokens d.. on */
+    const int most_n = list_max(o.bench_n, o.n_bench_n, 0);
+    int most = list_max(o.bench_p, o.n_bench_p, most_n > 1 ? most_n : 1);
+    most += list_max(o.bench_d, o.n_bench_d, 0); /* a test at depth d reads tokens d.. on */
     const size_t cap = (size_t)CLI_BENCH_LIST * CLI_BENCH_LIST * CLI_BENCH_LIST * 256; /* a line per tg test */
     int32_t *toks = malloc((size_t)most * sizeof *toks);
     char *notes = calloc(cap, 1);
@@ -437,9 +438,7 @@ int cmd_bench(const cli_opts *opts)
     /* the 1 GiB the readings go through, filled once, and only when a tg test reports its share */
     read_probe probe = {0};
     const int measured = most_n > 0 && !o.bench_csv && probe_init(&probe, o.bench_t[0]) == 0;
-    int threads = 1; /* the most any test runs with */
-    for (int i = 0; i < o.n_bench_t; i++)
-        threads = o.bench_t[i] > threads ? o.bench_t[i] : threads;
+    const int threads = list_max(o.bench_t, o.n_bench_t, 1); /* the most any test runs with */
     double *cores = o.bench_csv ? NULL : calloc(2 * (size_t)threads, sizeof *cores);
     if (cores)
         core_speeds(threads, cores);
