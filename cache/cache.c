@@ -35,6 +35,7 @@ int kv_init(kv_context *c, const lm_model *m, int n_ctx, int kv_type, int n_thre
 void kv_prepare_ahead(kv_context *c, int n)
 {
     lm_kv_populate(&c->kv, c->n_past, c->n_past + n);
+    lm_kv_touch(&c->kv, c->n_past, c->n_past + (n < KV_TOUCH ? n : KV_TOUCH));
 }
 
 void kv_free(kv_context *c)

@@ -34,6 +34,7 @@ int kv_eval(kv_context *c, const int32_t *toks, int n, float *all_logits, volati
  */
 void kv_prepare_ahead(kv_context *c, int n);
 #define KV_AHEAD 512 /* positions readied at init and after a reply: a message and its answer */
+#define KV_TOUCH 64  /* of those, the first touched too (lm_kv_touch): the next message's, at 5-7 us a page in a VM */
 /* Drops positions >= pos. */
 void kv_truncate(kv_context *c, int pos);
 void kv_reset(kv_context *c);

@@ -192,6 +192,7 @@ enum lm_kv_type { LM_KV_F32 = 0, LM_KV_F16 = 1 };
  */
 typedef struct lm_kv {
     int n_ctx, n_pos, n_layer, first_layer, n_head_kv, head_dim, head_dim_v, type;
+    int touched; /* positions [0, touched) have had their pages touched (lm_kv_touch) */
     void *k, *v;
 } lm_kv;
 
@@ -203,6 +204,12 @@ void lm_kv_free(lm_kv *kv);
  * content is kept; positions past n_ctx are ignored.
  */
 void lm_kv_populate(lm_kv *kv, int from, int to);
+/*
+ * Reads a byte of each page of positions [from, to), populated before, so
+ * that their first stores cost no trap either (see kv.c); positions
+ * touched before are skipped.
+ */
+void lm_kv_touch(lm_kv *kv, int from, int to);
 
 typedef struct lm_ctx lm_ctx;
 

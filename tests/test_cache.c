@@ -146,8 +146,9 @@ static int thp_always(void)
 /*
  * kv_prepare_ahead maps the next positions' pages before the next
  * evaluation writes them (at init too), leaves the rest of a large cache
- * unmapped, and keeps what the cache holds: logits after it equal a fresh
- * evaluation's, bit for bit.
+ * unmapped, touches the first KV_TOUCH of them (whole tiles) once, and
+ * keeps what the cache holds: logits after it equal a fresh evaluation's,
+ * bit for bit.
  */
 START_TEST(test_prepare_ahead)
 {
@@ -160,10 +161,14 @@ START_TEST(test_prepare_ahead)
     const char *k = c.kv.k, *v = c.kv.v;
     const size_t last = (size_t)c.kv.n_layer * c.kv.n_head_kv - 1; /* the last head's run */
     ck_assert(resident(k) && resident(v + last * head + (KV_AHEAD - 1) * row));
+    ck_assert_int_eq(c.kv.touched, KV_TOUCH);
     if (!thp_always())
         ck_assert(!resident(k + 8192 * row) && !resident(v + last * head + 40000 * row));
     ck_assert(kv_eval(&c, SEQ, 11, NULL, NULL, &e) == 0);
     kv_prepare_ahead(&c, 8192 - 11); /* over the written positions too */
+    ck_assert_int_eq(c.kv.touched, (11 + KV_TOUCH + 15) & ~15);
+    kv_prepare_ahead(&c, 8192 - 11);
+    ck_assert_int_eq(c.kv.touched, (11 + KV_TOUCH + 15) & ~15);
     ck_assert(resident(k + 8191 * row) && resident(v + last * head + 8191 * row));
     if (!thp_always())
         ck_assert(!resident(k + 16384 * row));
