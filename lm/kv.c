@@ -2,7 +2,8 @@
  * lm/kv.c - the KV cache's memory: K and V of every layer and KV head laid
  * out [layer][kv head][position] (K in tiles of 16 positions, see
  * attention.c), mapped zeroed and page by page as it is first written,
- * populated ahead of a prefill, and unmapped.  What goes in it and how it
+ * populated (and the next message's pages touched) ahead of a prefill, and
+ * unmapped.  What goes in it and how it
  * is read belong to forward.c and attention.c.
  */
 #include "internal.h"
