@@ -9,9 +9,11 @@
  * model is open a thread copies its tensor data into anonymous memory
  * asked for in huge pages, and drops each mapped page it has copied, so
  * the process holds one copy, not two.  The thread runs at idle priority
- * (SCHED_IDLE): it takes only time no one else wants, such as while the
- * user types, and pauses while a decode runs (copying beside one, at normal
- * priority, cost tinyllama's first 64 tokens a fifth of their speed).
+ * (SCHED_IDLE) and only once no decode has run for COPY_IDLE_MS: it takes
+ * time no one else wants, such as while the user types, and pauses while
+ * a decode runs (copying beside one, at normal priority, cost tinyllama's
+ * first 64 tokens a fifth of their speed).  A script or a pipe that keeps
+ * decoding back to back leaves it no such gap and reads the mapping.
  * Decoding adopts what is done (lm_weights_enter, at the start of each
  * lm_decode, on the decoding thread, when no other thread reads the
  * tensors): a tensor's data pointer moves to the copy once all of its
@@ -33,10 +35,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
-#define COPY_CHUNK HUGE_PAGE /* bytes between two looks at stop, and published at once */
+#define COPY_CHUNK HUGE_PAGE          /* bytes dropped from the mapping and published at once */
+#define COPY_PIECE ((size_t)256 << 10) /* bytes copied between two looks for a decode */
+#define COPY_IDLE_MS 50                /* how long no decode runs before the copy goes on */
 
 /* A tensor rearranged as it is copied: its bytes in the data section, how far it is done, in units of how many bytes. */
 typedef struct lanes_span {
@@ -52,10 +57,11 @@ struct lm_copy {
     size_t size, region_size;
     int all_adopted;      /* the decoding thread's: every tensor points into the copy */
     pthread_t thread;
-    pthread_mutex_t lock; /* over done, decoding and stop */
-    pthread_cond_t moved; /* one of them changed */
+    pthread_mutex_t lock; /* over done, decoding, idle_since and stop */
+    pthread_cond_t moved; /* done or stop changed (waits on it time out: see wait_for_idle) */
     size_t done;          /* bytes of the data section copied */
     int decoding;         /* a decode is reading the tensors */
+    struct timespec idle_since; /* when the last decode ended (CLOCK_MONOTONIC) */
     int stop;
     uint8_t *layout;      /* per tensor: its layout in the copy (LM_LAYOUT_*) */
     lanes_span *spans;    /* those tensors; the copy thread's */
@@ -98,16 +104,20 @@ static void drop_mapped(const uint8_t *p, size_t n)
         madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
-/* Sets the copy's progress (done), or whether a decode runs (decoding), and wakes the waiters. */
-static void set_moved(struct lm_copy *cp, size_t done, int decoding)
+/* The copy's progress, and wakes lm_weights_settle. */
+static void set_done(struct lm_copy *cp, size_t done)
 {
     pthread_mutex_lock(&cp->lock);
-    if (done)
-        cp->done = done;
-    if (decoding >= 0)
-        cp->decoding = decoding;
+    cp->done = done;
     pthread_cond_broadcast(&cp->moved);
     pthread_mutex_unlock(&cp->lock);
+}
+
+static double ms_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) * 1e3 + (double)(now.tv_nsec - t->tv_nsec) / 1e6;
 }
 
 /* The units of the rearranged tensors that now lie wholly in the copy's first `upto` bytes. */
@@ -121,6 +131,40 @@ static void rearrange_copied(struct lm_copy *cp, size_t upto)
     }
 }
 
+/*
+ * Waits until no decode has run for COPY_IDLE_MS; returns whether the copy
+ * is to stop.  It looks every COPY_IDLE_MS / 2 rather than being woken at
+ * each decode's end (a few hundred times a second while a reply is made).
+ */
+static int wait_for_idle(struct lm_copy *cp)
+{
+    pthread_mutex_lock(&cp->lock);
+    while (!cp->stop && (cp->decoding || ms_since(&cp->idle_since) < COPY_IDLE_MS)) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += COPY_IDLE_MS / 2 * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&cp->moved, &cp->lock, &until);
+    }
+    const int stop = cp->stop;
+    pthread_mutex_unlock(&cp->lock);
+    return stop;
+}
+
+/*
+ * Every step (a piece's copy and rearranging, a chunk's drop) waits until
+ * no decode has run for COPY_IDLE_MS.  Beside a decode, the step would
+ * read the tensors copied since from the mapping, faulting back the pages
+ * dropped here (both copies held), each drop interrupts its threads to
+ * flush their TLBs, and a step begun in the few ms between two turns of a
+ * script crawls on at idle priority through the next decodes, whose
+ * threads it stalls where a fresh page's first touch stops its processor
+ * (a VM that backs its memory lazily).  Pausing only between 2 MiB chunks
+ * and at any gap, a chat run from a script (smollm2, 20 turns) copied a
+ * chunk a turn, each over 7-550 ms of its decodes, and never finished;
+ * turns came 5-30 ms late at random and turn 2 1.5 times turn 3's.
+ */
 static void *copy_main(void *arg)
 {
     struct lm_copy *cp = arg;
@@ -129,21 +173,18 @@ static void *copy_main(void *arg)
         setpriority(PRIO_PROCESS, (id_t)gettid(), 19); /* the next best thing */
     for (size_t at = 0; at < cp->size;) {
         const size_t n = cp->size - at < COPY_CHUNK ? cp->size - at : COPY_CHUNK;
-        pthread_mutex_lock(&cp->lock);
-        /* not beside a decode: it would read the tensors copied since from
-           the mapping, faulting back the pages dropped here (both copies
-           held), and each drop interrupts its threads to flush their TLBs */
-        while (!cp->stop && cp->decoding)
-            pthread_cond_wait(&cp->moved, &cp->lock);
-        const int stop = cp->stop;
-        pthread_mutex_unlock(&cp->lock);
-        if (stop)
-            break;
-        memcpy(cp->dst + at, cp->src + at, n);
+        for (size_t p = 0; p < n; p += COPY_PIECE) {
+            const size_t m = n - p < COPY_PIECE ? n - p : COPY_PIECE;
+            if (wait_for_idle(cp))
+                return NULL;
+            memcpy(cp->dst + at + p, cp->src + at + p, m);
+            rearrange_copied(cp, at + p + m);
+        }
+        if (wait_for_idle(cp))
+            return NULL;
         drop_mapped(cp->src + at, n);
         at += n;
-        rearrange_copied(cp, at);
-        set_moved(cp, at, -1);
+        set_done(cp, at);
     }
     return NULL;
 }
@@ -201,7 +242,12 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
         return NULL;
     }
     pthread_mutex_init(&cp->lock, NULL);
-    pthread_cond_init(&cp->moved, NULL);
+    pthread_condattr_t clock;
+    pthread_condattr_init(&clock);
+    pthread_condattr_setclock(&clock, CLOCK_MONOTONIC);
+    pthread_cond_init(&cp->moved, &clock);
+    pthread_condattr_destroy(&clock);
+    clock_gettime(CLOCK_MONOTONIC, &cp->idle_since);
     /* now: an interactive chat copies while the user types */
     if (pthread_create(&cp->thread, NULL, copy_main, cp)) {
         pthread_cond_destroy(&cp->moved);
@@ -245,7 +291,7 @@ void lm_weights_enter(const lm_model *m)
     if (!cp || cp->all_adopted)
         return;
     pthread_mutex_lock(&cp->lock);
-    cp->decoding = 1; /* the copy pauses after its chunk */
+    cp->decoding = 1; /* the copy pauses after its piece */
     pthread_mutex_unlock(&cp->lock);
     adopt(m, cp);
 }
@@ -261,7 +307,10 @@ void lm_weights_leave(const lm_model *m)
     struct lm_copy *cp = m->copy;
     if (!cp || cp->all_adopted)
         return;
-    set_moved(cp, 0, 0);
+    pthread_mutex_lock(&cp->lock);
+    cp->decoding = 0;
+    clock_gettime(CLOCK_MONOTONIC, &cp->idle_since);
+    pthread_mutex_unlock(&cp->lock);
 }
 
 void lm_weights_settle(const lm_model *m)
