@@ -112,6 +112,7 @@ int cmd_complete(const cli_opts *o)
         goto out;
     }
     have_ctx = 1;
+    lm_weights_eager(&m); /* one long run: its decodes finish the weights' copy */
     signal(SIGINT, on_sigint);
     if (kv_eval(&c, ids, n, NULL, &interrupted, &e)) {
         cli_error("%s", e.msg);

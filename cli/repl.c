@@ -402,6 +402,9 @@ int cmd_chat(const cli_opts *o)
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: Ctrl-C interrupts a blocked read */
     session s = {&c, o->json, 0, 0, 0, 0, NULL, 0, 0};
     int rc;
+    const int typed = !o->prompt && !o->prompt_file && isatty(0) && isatty(1) && !o->json;
+    if (!typed) /* no one types between messages: the decodes finish the weights' copy */
+        lm_weights_eager(&c.model);
     if (o->prompt) { /* one message, its reply, and out: like `ollama run MODEL PROMPT` */
         char err[600];
         if ((rc = session_turn(&s, o->prompt, strlen(o->prompt), err, sizeof err)))
@@ -418,7 +421,7 @@ int cmd_chat(const cli_opts *o)
         rc = run_loop(&s, &in);
         fclose(in.f);
         free(in.line);
-    } else if (isatty(0) && isatty(1) && !o->json) {
+    } else if (typed) {
         s.tty = 1;
         s.color = getenv("NO_COLOR") == NULL || !*getenv("NO_COLOR") ? 1 : 0;
         rc = interactive(&s);

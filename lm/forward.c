@@ -777,7 +777,7 @@ size_t lm_ctx_prefetch(const lm_ctx *c)
 int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,
               float *logits, volatile int *stop, lm_err *e)
 {
-    lm_weights_enter(c->m); /* the tensors copied so far are read from the copy */
+    lm_weights_enter(c->m, c->n_threads); /* the tensors copied so far are read from the copy */
     if (!c->ahead_settled && lm_weights_settled(c->m)) {
         /* tuned on the mapped file while the copy was made (a script leaves it little idle
            time), tuned again once the weights are where they stay */

@@ -409,7 +409,7 @@ static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok, size_
  * end; freeing it.
  */
 struct lm_copy *lm_weights_plan(const gguf_file *g);
-void lm_weights_enter(const lm_model *m);
+void lm_weights_enter(const lm_model *m, int n_threads); /* n_threads: to finish an eager copy */
 void lm_weights_leave(const lm_model *m);
 int lm_weights_settled(const lm_model *m); /* no copy, or every tensor in it */
 void lm_weights_free(struct lm_copy *cp);

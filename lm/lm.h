@@ -161,9 +161,12 @@ void lm_model_close(lm_model *m);
  * lm_model_open's weights move into 2 MiB pages in the background, while
  * no decode runs (weights_copy.c; KVCHAT_MMAP keeps them mapped).  Settle
  * waits until every tensor reads from the copy (benchmarks, before timing);
- * copied says whether they do.
+ * copied says whether they do.  Eager: where no one types between
+ * messages (a script, a pipe), decodes finish the copy themselves once
+ * they have taken as long as the rest of it would.
  */
 void lm_weights_settle(const lm_model *m);
+void lm_weights_eager(const lm_model *m);
 int lm_weights_copied(const lm_model *m);
 const char *lm_arch_name(const lm_model *m);
 /* The architecture's features, comma separated (for kvchat info). */

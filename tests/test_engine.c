@@ -378,7 +378,9 @@ static int huge_pages_on(void)
  * tensor reads from the copy, byte for byte the file's, and logits equal
  * those read from the mapping bit for bit; so do those of a fresh model
  * evaluated a token at a time, whose copy runs between its decodes and is
- * adopted, as far as it got, before each.  Q4_0, Q4_K and Q6_K matrices
+ * adopted, as far as it got, before each; and so do those of a model whose
+ * decodes finish the copy themselves (eager, as a script's do), which its
+ * token-at-a-time decodes take long enough to start.  Q4_0, Q4_K and Q6_K matrices
  * that the kernels read faster rearranged (lm/repack.c) are in their lanes
  * layouts in the copy, and give the file's bytes back.
  */
@@ -435,8 +437,15 @@ START_TEST(test_weights_copy)
     size_t bytes = (size_t)n * (size_t)mapped.hp.n_vocab * sizeof(float);
     ck_assert_msg(!memcmp(a, b, bytes), "logits change while the copy is made");
     ck_assert_msg(!memcmp(a, c, bytes), "logits change with the weights in the copy");
-    free(a), free(b), free(c), free(ids), free(tp), free(mp);
-    lm_model_close(&mapped), lm_model_close(&copied), lm_model_close(&settled);
+    lm_model eager; /* opened last and decoded at once: the copy thread never sees 50 ms without a decode */
+    open_model(&eager, mp);
+    lm_weights_eager(&eager);
+    const int one[] = {1};
+    float *d = eval_split(&eager, ids, n, one, 1, 2, LM_KV_F32);
+    ck_assert_int_eq(lm_weights_copied(&eager), huge_pages_on());
+    ck_assert_msg(!memcmp(a, d, bytes), "logits change when the decodes finish the copy");
+    free(a), free(b), free(c), free(d), free(ids), free(tp), free(mp);
+    lm_model_close(&mapped), lm_model_close(&copied), lm_model_close(&settled), lm_model_close(&eager);
 }
 END_TEST
 
