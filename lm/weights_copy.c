@@ -333,9 +333,12 @@ static void finish_now(struct lm_copy *cp, int n_threads)
 }
 
 /* Milliseconds the rest of the copy is taken to need: at 1 GB/s, about this VM's (0.3-2 GB/s). */
-static double rest_ms(const struct lm_copy *cp)
+static double rest_ms(struct lm_copy *cp)
 {
-    return (double)(cp->size - cp->done) / 1e6;
+    pthread_mutex_lock(&cp->lock);
+    const size_t done = cp->done;
+    pthread_mutex_unlock(&cp->lock);
+    return (double)(cp->size - done) / 1e6;
 }
 
 void lm_weights_eager(const lm_model *m)
