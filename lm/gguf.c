@@ -431,13 +431,14 @@ int gguf_open(gguf_file *g, const char *path, lm_err *e)
         return -1;
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
     if (map == MAP_FAILED) {
         lm_seterr(e, "%s: mmap: %s", path, strerror(errno));
+        close(fd);
         return -1;
     }
     int rc = gguf_parse(g, path, map, (size_t)st.st_size, e);
     g->mapped = 1;
+    g->fd = fd;
     if (rc)
         gguf_close(g);
     return rc;
@@ -458,6 +459,8 @@ void gguf_close(gguf_file *g)
     free(g->path);
     if (g->mapped && g->map)
         munmap((void *)g->map, g->size);
+    if (g->mapped)
+        close(g->fd);
     g->map = NULL;
     g->mapped = 0;
     g->kv = NULL;

@@ -64,6 +64,7 @@ typedef struct gguf_file {
     uint64_t alignment;
     uint64_t data_off;
     int mapped;               /* map came from gguf_open: unmap on close */
+    int fd;                   /* while mapped: the file, open (the weights' copy reads it) */
 } gguf_file;
 
 int gguf_open(gguf_file *g, const char *path, lm_err *e);

@@ -33,6 +33,7 @@
  */
 #include "internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -57,6 +58,8 @@ typedef struct lanes_span {
 
 struct lm_copy {
     const uint8_t *src;   /* the mapped data section */
+    int fd;               /* the file, and where the data section begins in it */
+    size_t file_off;
     uint8_t *region;      /* the mmap holding the copy (dst rounded up to a huge page) */
     uint8_t *dst;
     size_t size, region_size;
@@ -103,6 +106,29 @@ static size_t memory_available(void)
             break;
     fclose(f);
     return (size_t)kb * 1024;
+}
+
+/*
+ * Bytes [at, at + n) of the data section into the copy, read from the file:
+ * the kernel copies them from its page cache without touching this
+ * process's page tables.  Through the mapping, each 4 KiB page's first
+ * touch cost about 1.6 us in this VM (it shadows its guests' page tables):
+ * tinyllama Q8_0's 1.17 GB copied in 2 MiB steps at 0.4-1.9 GB/s, against
+ * 7.4 with pread.  From the mapping where a read fails.
+ */
+static void copy_bytes(const struct lm_copy *cp, size_t at, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = pread(cp->fd, cp->dst + at + got, n - got, (off_t)(cp->file_off + at + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got < n)
+        memcpy(cp->dst + at + got, cp->src + at + got, n - got);
 }
 
 /* Drops the mapped pages wholly inside [p, p + n): reads refault them from the page cache. */
@@ -187,7 +213,7 @@ static void *copy_main(void *arg)
             const size_t m = n - p < COPY_PIECE ? n - p : COPY_PIECE;
             if (wait_for_idle(cp))
                 return NULL;
-            memcpy(cp->dst + at + p, cp->src + at + p, m);
+            copy_bytes(cp, at + p, m);
             rearrange_copied(cp, at + p + m);
             cp->copied = at + p + m;
         }
@@ -247,6 +273,8 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
     cp->dst = (uint8_t *)(((uintptr_t)cp->region + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
     madvise(cp->dst, size, MADV_HUGEPAGE); /* a hint: without it the copy still works, in small pages */
     cp->src = g->map + g->data_off;
+    cp->fd = g->fd;
+    cp->file_off = (size_t)g->data_off;
     cp->size = size;
     if (plan_lanes(cp, g)) {
         free_copy(cp);
@@ -316,7 +344,7 @@ static void finish_now(struct lm_copy *cp, int n_threads)
 #pragma omp for schedule(dynamic)
         for (size_t c = 0; c < chunks; c++) { /* dropped as it goes: never both copies whole */
             const size_t at = from + c * HUGE_PAGE, n = cp->size - at < HUGE_PAGE ? cp->size - at : HUGE_PAGE;
-            memcpy(cp->dst + at, cp->src + at, n);
+            copy_bytes(cp, at, n);
             drop_mapped(cp->src + at, n);
         }
         for (size_t i = 0; i < cp->n_spans; i++) {
