@@ -360,7 +360,8 @@ static void finish_now(struct lm_copy *cp, int n_threads)
     set_done(cp, cp->size);
 }
 
-/* Milliseconds the rest of the copy is taken to need: at 1 GB/s, about this VM's (0.3-2 GB/s). */
+/* Milliseconds the rest of the copy is taken to need: at 1 GB/s, this VM's with fresh memory
+   (0.7-1.4 GB/s; 4-8 once its memory has been used before), so the rule errs towards waiting. */
 static double rest_ms(struct lm_copy *cp)
 {
     pthread_mutex_lock(&cp->lock);
