@@ -161,7 +161,8 @@ void lm_model_close(lm_model *m);
 /*
  * lm_model_open's weights move into 2 MiB pages in the background, while
  * no decode runs (weights_copy.c; KVCHAT_MMAP keeps them mapped).  Settle
- * waits until every tensor reads from the copy (benchmarks, before timing);
+ * makes the rest of the copy now, on every thread, and has every tensor
+ * read from it (benchmarks, before timing);
  * copied says whether they do.  Eager: where no one types between
  * messages (a script, a pipe), decodes finish the copy themselves once
  * they have taken as long as the rest of it would.

@@ -34,6 +34,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -66,7 +67,7 @@ struct lm_copy {
     int all_adopted;      /* the decoding thread's: every tensor points into the copy */
     pthread_t thread;
     pthread_mutex_t lock; /* over done, decoding, idle_since and stop */
-    pthread_cond_t moved; /* done or stop changed (waits on it time out: see wait_for_idle) */
+    pthread_cond_t moved; /* stop was set (the copy thread's waits also time out: wait_for_idle) */
     size_t done;          /* bytes of the data section copied */
     int decoding;         /* a decode is reading the tensors */
     struct timespec idle_since; /* when the last decode ended (CLOCK_MONOTONIC) */
@@ -140,12 +141,11 @@ static void drop_mapped(const uint8_t *p, size_t n)
         madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
-/* The copy's progress, and wakes lm_weights_settle. */
+/* The copy's progress, for the decoding thread to adopt. */
 static void set_done(struct lm_copy *cp, size_t done)
 {
     pthread_mutex_lock(&cp->lock);
     cp->done = done;
-    pthread_cond_broadcast(&cp->moved);
     pthread_mutex_unlock(&cp->lock);
 }
 
@@ -408,17 +408,15 @@ void lm_weights_leave(const lm_model *m)
     pthread_mutex_unlock(&cp->lock);
 }
 
+/* The rest of the copy made now, on every thread (finish_now), rather than waited for. */
 void lm_weights_settle(const lm_model *m)
 {
     struct lm_copy *cp = m->copy;
     if (!cp)
         return;
-    for (size_t seen = adopt(m, cp); !cp->all_adopted && seen < cp->size; seen = adopt(m, cp)) {
-        pthread_mutex_lock(&cp->lock);
-        while (cp->done == seen && !cp->stop)
-            pthread_cond_wait(&cp->moved, &cp->lock);
-        pthread_mutex_unlock(&cp->lock);
-    }
+    if (!cp->joined)
+        finish_now(cp, omp_get_max_threads());
+    adopt(m, cp);
 }
 
 int lm_weights_copied(const lm_model *m)
