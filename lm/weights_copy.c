@@ -73,7 +73,7 @@ struct lm_copy {
     struct timespec idle_since; /* when the last decode ended (CLOCK_MONOTONIC) */
     int stop;
     size_t copied;        /* the copy thread's: bytes copied, rearranged where due (read once it ended) */
-    int joined;           /* the copy thread has ended (finish_now) */
+    int joined;           /* the copy thread has ended (stop_copy_thread) */
     int eager;            /* finish once decodes have taken as long as the rest would (lm_weights_eager) */
     double decoded_ms;    /* the decoding thread's: time spent decoding before the copy was whole */
     struct timespec entered; /* when the current decode began */
@@ -147,6 +147,27 @@ static void set_done(struct lm_copy *cp, size_t done)
     pthread_mutex_lock(&cp->lock);
     cp->done = done;
     pthread_mutex_unlock(&cp->lock);
+}
+
+static size_t get_done(struct lm_copy *cp)
+{
+    pthread_mutex_lock(&cp->lock);
+    const size_t done = cp->done;
+    pthread_mutex_unlock(&cp->lock);
+    return done;
+}
+
+/* Ends the copy thread (once): it stops at its next look and is joined. */
+static void stop_copy_thread(struct lm_copy *cp)
+{
+    if (cp->joined)
+        return;
+    pthread_mutex_lock(&cp->lock);
+    cp->stop = 1;
+    pthread_cond_broadcast(&cp->moved);
+    pthread_mutex_unlock(&cp->lock);
+    pthread_join(cp->thread, NULL);
+    cp->joined = 1;
 }
 
 static double ms_since(const struct timespec *t)
@@ -304,9 +325,7 @@ struct lm_copy *lm_weights_plan(const gguf_file *g)
 /* Points every tensor whose bytes are all copied at the copy; returns how far the copy was. */
 static size_t adopt(const lm_model *m, struct lm_copy *cp)
 {
-    pthread_mutex_lock(&cp->lock);
-    const size_t done = cp->done;
-    pthread_mutex_unlock(&cp->lock);
+    const size_t done = get_done(cp);
     int all = 1;
     for (uint64_t i = 0; i < m->gguf.n_tensors; i++) {
         const gguf_tensor *t = &m->gguf.tensors[i];
@@ -331,12 +350,7 @@ static size_t adopt(const lm_model *m, struct lm_copy *cp)
  */
 static void finish_now(struct lm_copy *cp, int n_threads)
 {
-    pthread_mutex_lock(&cp->lock);
-    cp->stop = 1;
-    pthread_cond_broadcast(&cp->moved);
-    pthread_mutex_unlock(&cp->lock);
-    pthread_join(cp->thread, NULL);
-    cp->joined = 1;
+    stop_copy_thread(cp);
     const size_t from = cp->copied, chunks = (cp->size - from + HUGE_PAGE - 1) / HUGE_PAGE;
     drop_mapped(cp->src + cp->done, from - cp->done);
 #pragma omp parallel num_threads(n_threads)
@@ -364,10 +378,7 @@ static void finish_now(struct lm_copy *cp, int n_threads)
    (0.7-1.4 GB/s; 4-8 once its memory has been used before), so the rule errs towards waiting. */
 static double rest_ms(struct lm_copy *cp)
 {
-    pthread_mutex_lock(&cp->lock);
-    const size_t done = cp->done;
-    pthread_mutex_unlock(&cp->lock);
-    return (double)(cp->size - done) / 1e6;
+    return (double)(cp->size - get_done(cp)) / 1e6;
 }
 
 void lm_weights_eager(const lm_model *m)
@@ -428,12 +439,7 @@ void lm_weights_free(struct lm_copy *cp)
 {
     if (!cp)
         return;
-    pthread_mutex_lock(&cp->lock);
-    cp->stop = 1;
-    pthread_cond_broadcast(&cp->moved);
-    pthread_mutex_unlock(&cp->lock);
-    if (!cp->joined)
-        pthread_join(cp->thread, NULL);
+    stop_copy_thread(cp);
     pthread_cond_destroy(&cp->moved);
     pthread_mutex_destroy(&cp->lock);
     free_copy(cp);
