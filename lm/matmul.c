@@ -609,15 +609,22 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * Several tokens through a quantized matrix go 16 at a time (qgemm.c).
  * Fewer go row by row, where the kernels of a few tokens beat a group's
  * 16 lanes with lanes to spare: from 10 tokens on; with the blocks of
- * Q5_0 rows in lanes (qrow_vbmi.c) from 16, of Q4_0 and Q8_0 rows (as the
- * file has them or rearranged, repack.c) from 28.  Prompts of 14 tokens:
+ * Q4_0, Q5_0 and Q8_0 rows in lanes (qrow_vbmi.c; as the file has them or
+ * rearranged, repack.c) from 28.  Prompts of 14 tokens:
  * tinyllama Q8_0 180 -> 240 t/s, smollm2 Q8_0 785 -> 1367, its Q4_K_M
  * (Q5_0 rows) 892 -> 1103, tinyllama Q4_0 210 -> 258.  Of 20 tokens, with
  * groups from 28 instead of 16-20: tinyllama Q4_0 136-142 -> 164-183
  * (rearranged 141-148 -> 192-202), qwen2.5-0.5b Q4_0 236-337 -> 370-382,
  * smollm2 Q8_0 614-653 -> 778-812, tinyllama Q8_0 105-117 -> 117; of 24
- * level to 1.2x, tinyllama Q8_0 4% slower; smollm2's Q5_0 rows slower, so
- * they stay at 16.  Q4_K, Q5_K and Q6_K rows (qrow_k.c's kernels) from 14:
+ * level to 1.2x, tinyllama Q8_0 4% slower.  Q5_0 rows went in groups
+ * from 16 until the few-token kernels asked for their rows ahead
+ * (062961e); then, Zen 5, a message of 16-40 tokens decoded at 38 cached
+ * (`kv_eval`, the mean of 1-5 rounds with both cores whole, grouped
+ * against row by row): smollm2 Q4_K_M (Q5_0 rows of 576) 16 tokens 19.9 -> 16.0
+ * ms, 20 24.2 -> 20.1, 24 24.6 -> 22.2, 32 25.6 -> 27.8 (grouped ahead);
+ * qwen2.5-0.5b Q4_K_M (896) 16 51.7 -> 36.3, 24 64.1 -> 49.9, 40 84 ->
+ * 75; tinyllama-1.1b Q5_0 (2048) 16 115 -> 83, 24 137 -> 118, 28 136 ->
+ * 134, 32 138 -> 153.  Q4_K, Q5_K and Q6_K rows (qrow_k.c's kernels) from 14:
  * tinyllama Q4_K_M prompts of 10-13 tokens 75-98 -> 115-122 t/s, smollm2's
  * and qwen2.5-0.5b's level, 14 and up level.  Against AMX tiles the
  * crossing was not measured, so there groups start at 10 as before.
@@ -640,7 +647,7 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
     const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
     const int klanes_whole = klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0;
     const int from = s->amx ? (klanes_whole ? 13 : 10)
-                     : lanes_type(w, s) ? (w->type == LM_Q5_0 ? 16 : w->ne[0] < 1024 ? 32 : 28)
+                     : lanes_type(w, s) ? (w->ne[0] < 1024 && w->type != LM_Q5_0 ? 32 : 28)
                      : klanes_whole ? 24
                      : k_quant ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
