@@ -620,11 +620,12 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * from 16 until the few-token kernels asked for their rows ahead
  * (062961e); then, Zen 5, a message of 16-40 tokens decoded at 38 cached
  * (`kv_eval`, the mean of 1-5 rounds with both cores whole, grouped
- * against row by row): smollm2 Q4_K_M (Q5_0 rows of 576) 16 tokens 19.9 -> 16.0
- * ms, 20 24.2 -> 20.1, 24 24.6 -> 22.2, 32 25.6 -> 27.8 (grouped ahead);
- * qwen2.5-0.5b Q4_K_M (896) 16 51.7 -> 36.3, 24 64.1 -> 49.9, 40 84 ->
- * 75; tinyllama-1.1b Q5_0 (2048) 16 115 -> 83, 24 137 -> 118, 28 136 ->
- * 134, 32 138 -> 153.  Q4_K, Q5_K and Q6_K rows (qrow_k.c's kernels) from 14:
+ * against row by row): smollm2 Q4_K_M (Q5_0 rows of 576) 16 tokens 19.9
+ * -> 16.0 ms, 20 24.2 -> 20.1, 24 24.6 -> 22.2, 25-27 level, 32 25.6 ->
+ * 27.8; qwen2.5-0.5b Q4_K_M (896) 16 51.7 -> 36.3, 24 64.1 -> 49.9, 27
+ * 65.1 -> 55.7, 40 level; tinyllama-1.1b Q5_0 (2048) 16 115 -> 83, 24
+ * 137 -> 118, 25 141 -> 132, 28 136 -> 134, 32 138 -> 153.  Q4_K, Q5_K
+ * and Q6_K rows (qrow_k.c's kernels) from 14:
  * tinyllama Q4_K_M prompts of 10-13 tokens 75-98 -> 115-122 t/s, smollm2's
  * and qwen2.5-0.5b's level, 14 and up level.  Against AMX tiles the
  * crossing was not measured, so there groups start at 10 as before.
