@@ -318,7 +318,7 @@ START_TEST(test_rows16_put_raw_bitwise)
 END_TEST
 
 /*
- * Q4_0 and Q8_0 rows prepared for the VNNI groups straight from the file
+ * Q4_0, Q5_0 and Q8_0 rows prepared for the VNNI groups straight from the file
  * (lm_row_b32_prepare) hold what decode and prepare make of them: the codes
  * as signed bytes, every 16 codes' correction and the scales, for every
  * block count mod 4 (the tail goes block by block).
@@ -327,11 +327,11 @@ START_TEST(test_row_b32_prepare_bitwise)
 {
     if (lm_cpu_isa() < LM_ISA_AVX512)
         return;
-    static const uint32_t types[] = {LM_Q4_0, LM_Q8_0};
+    static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0};
     static const int widths[] = {32, 64, 96, 128, 160, 224, K - 32, K, KMAX};
     static qrow_buf direct, ref;
     uint64_t seed = 43;
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
             uint32_t ty = types[ti];
             int k = widths[wi];
@@ -356,7 +356,7 @@ START_TEST(test_row_b32_prepare_bitwise)
             ck_assert(direct.r.type == ty && direct.r.k == k);
             free(row);
         }
-    ck_assert(!lm_row_b32_prepare(LM_Q5_0, NULL, 32, &direct.r)); /* other types: decode and prepare */
+    ck_assert(!lm_row_b32_prepare(LM_Q4_1, NULL, 32, &direct.r)); /* other types: decode and prepare */
 }
 END_TEST
 
