@@ -316,7 +316,7 @@ AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r
     for (; b + 4 <= nb; b += 4)
         b32_step4(t, row + b * bb, bb, s8, corr16, d, b);
     if (b < nb) {
-        uint8_t room[4 * 34] = {0};
+        uint8_t room[4 * 34] = {0}; /* four of the largest blocks, Q8_0's */
         int8_t s8_room[4 * 32];
         int32_t corr_room[4 * 2];
         float d_room[4];

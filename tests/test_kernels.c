@@ -321,7 +321,7 @@ END_TEST
  * Q4_0, Q5_0 and Q8_0 rows prepared for the VNNI groups straight from the file
  * (lm_row_b32_prepare) hold what decode and prepare make of them: the codes
  * as signed bytes, every 16 codes' correction and the scales, for every
- * block count mod 4 (the tail goes block by block).
+ * block count mod 4 (the last 1-3 blocks go through a step's room).
  */
 START_TEST(test_row_b32_prepare_bitwise)
 {
