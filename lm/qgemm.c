@@ -214,6 +214,24 @@ AVX512 static INLINE void put_q5_0_4(const uint8_t *p, int8_t *s8, int32_t *corr
 }
 
 /*
+ * A step's worth of prepared blocks, for a row's last blocks: the step is
+ * put there whole and only the row's blocks are kept (keep_blocks).
+ */
+typedef struct b32_room {
+    int8_t s8[32 * 16];
+    int32_t corr16[2 * 16];
+    float d[16];
+} b32_room;
+
+/* The first m blocks of room into a row's prepared codes, corrections and scales from its block b on. */
+static void keep_blocks(const b32_room *room, size_t m, int8_t *s8, int32_t *corr16, float *d)
+{
+    memcpy(s8, room->s8, 32 * m);
+    memcpy(corr16, room->corr16, 2 * sizeof(int32_t) * m);
+    memcpy(d, room->d, sizeof(float) * m);
+}
+
+/*
  * A step of m <= 16 Q4_0 blocks in the lanes layout (repack.c: vector q,
  * 4m bytes, holds nibble bytes 4q..4q+3 of block j at 4j, then the m
  * scales) put as the file's blocks would be: the four vectors transposed,
@@ -252,13 +270,9 @@ AVX512 static void q4_0_lanes_prepare(const uint8_t *row, int64_t nb, int8_t *s8
         q4_0_lanes_step(row + 18 * b, 16, s8 + 32 * b, corr16 + 2 * b, d + b);
     if (b < nb) {
         const int m = (int)(nb - b);
-        int8_t s8_room[32 * 16];
-        int32_t corr_room[2 * 16];
-        float d_room[16];
-        q4_0_lanes_step(row + 18 * b, m, s8_room, corr_room, d_room);
-        memcpy(s8 + 32 * b, s8_room, 32 * (size_t)m);
-        memcpy(corr16 + 2 * b, corr_room, 2 * sizeof(int32_t) * (size_t)m);
-        memcpy(d + b, d_room, sizeof(float) * (size_t)m);
+        b32_room room;
+        q4_0_lanes_step(row + 18 * b, m, room.s8, room.corr16, room.d);
+        keep_blocks(&room, (size_t)m, s8 + 32 * b, corr16 + 2 * b, d + b);
     }
 }
 
@@ -316,16 +330,12 @@ AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r
     for (; b + 4 <= nb; b += 4)
         b32_step4(t, row + b * bb, bb, s8, corr16, d, b);
     if (b < nb) {
-        uint8_t room[4 * 34] = {0}; /* four of the largest blocks, Q8_0's */
-        int8_t s8_room[4 * 32];
-        int32_t corr_room[4 * 2];
-        float d_room[4];
+        uint8_t blocks[4 * 34] = {0}; /* four of the largest blocks, Q8_0's */
         const size_t m = (size_t)(nb - b);
-        memcpy(room, row + b * bb, m * (size_t)bb);
-        b32_step4(t, room, bb, s8_room, corr_room, d_room, 0);
-        memcpy(s8 + 32 * b, s8_room, 32 * m);
-        memcpy(corr16 + 2 * b, corr_room, 2 * sizeof(int32_t) * m);
-        memcpy(d + b, d_room, sizeof(float) * m);
+        memcpy(blocks, row + b * bb, m * (size_t)bb);
+        b32_room room;
+        b32_step4(t, blocks, bb, room.s8, room.corr16, room.d, 0);
+        keep_blocks(&room, m, s8 + 32 * b, corr16 + 2 * b, d + b);
     }
     return 1;
 }
