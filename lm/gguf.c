@@ -457,10 +457,11 @@ void gguf_close(gguf_file *g)
     free(g->kv);
     free(g->tensors);
     free(g->path);
-    if (g->mapped && g->map)
-        munmap((void *)g->map, g->size);
-    if (g->mapped)
+    if (g->mapped) { /* gguf_open's: the map and the file it keeps open */
+        if (g->map)
+            munmap((void *)g->map, g->size);
         close(g->fd);
+    }
     g->map = NULL;
     g->mapped = 0;
     g->kv = NULL;
