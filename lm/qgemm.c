@@ -114,23 +114,12 @@ AVX512 int lm_trow_prepare_avx512(qrow *r)
 {
     const int off = lm_code_offset(r->type);
     const __m512i voff = _mm512_set1_epi8((char)off);
-    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
     int64_t e = 0;
     for (; e + 256 <= r->k; e += 256) { /* 16 groups' sums in one vector */
-        __m512i s8x8[4];
-        for (int z = 0; z < 4; z++) {
-            __m512i u = _mm512_loadu_si512(r->u + e + 64 * z);
-            _mm512_storeu_si512(r->s8 + e + 64 * z, _mm512_sub_epi8(u, voff));
-            s8x8[z] = _mm512_sad_epu8(u, _mm512_setzero_si512()); /* sums of 8 codes + off */
-        }
-        __m512i s16a = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[0], ev, s8x8[1]),
-                                        _mm512_permutex2var_epi64(s8x8[0], od, s8x8[1]));
-        __m512i s16b = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[2], ev, s8x8[3]),
-                                        _mm512_permutex2var_epi64(s8x8[2], od, s8x8[3]));
-        __m512i sums = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(s16a)),
-                                          _mm512_cvtepi64_epi32(s16b), 1);
-        sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(16 * off)); /* sums of 16 signed codes */
-        _mm512_storeu_si512(r->corr16 + e / 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+        __m512i u[4];
+        for (int z = 0; z < 4; z++)
+            u[z] = _mm512_loadu_si512(r->u + e + 64 * z);
+        put_s8_256(u, off, r->s8 + e, r->corr16 + e / 16);
     }
     for (; e + 64 <= r->k; e += 64) {
         __m512i u = _mm512_loadu_si512(r->u + e);

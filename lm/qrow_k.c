@@ -621,29 +621,27 @@ KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t
     }
 }
 
-/* Super-block b of a row into r: its codes, scale of every 4 codes, min of every 16 and factors. */
+/*
+ * Super-block b of a row into r as qgemm.c's VNNI groups read it: the
+ * scale of every 4 codes, min of every 16 and factors that lm_qrow_decode
+ * leaves, and lm_trow_prepare_avx512's signed codes and corrections, made
+ * from the codes in registers (r->u is not written).
+ */
 KQ static INLINE void prepare_block(uint32_t t, size_t bs, const uint8_t *row, int64_t b, qrow *r)
 {
     kquad q;
     __m512i c[4];
     one_block(t, bs, row, b, &q, c, r->d, r->m);
     kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-    for (int z = 0; z < 4; z++)
-        _mm512_storeu_si512(r->u + b * 256 + 64 * z, c[z]);
+    put_s8_256(c, lm_code_offset(t), r->s8 + b * 256, r->corr16 + b * 16);
 }
 
-/*
- * A K-quant row straight into what qgemm.c's VNNI groups read: the codes,
- * scale of every 4 codes, min of every 16 and super-block factors that
- * lm_qrow_decode leaves, then lm_trow_prepare_avx512's signed codes and
- * corrections from them.
- */
+/* A K-quant row straight into what qgemm.c's VNNI groups read, in one pass. */
 KQ static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, int64_t k, qrow *r)
 {
     for (int64_t b = 0; b < k / 256; b++)
         prepare_block(t, bs, row, b, r);
     r->type = t, r->k = k;
-    lm_trow_prepare_avx512(r);
 }
 
 /* Super-block b's scales, mins and factors into r, from its bytes as the file has them at blk (codes not read). */

@@ -310,9 +310,10 @@ int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int
 /*
  * Super-block b (b % 4 of its step) of a rearranged Q4_K row: its 128 code
  * bytes are the 16 bytes at 16b of each of the step's 8 chunks, and a
- * byte permute of each nibble's half puts them in order.
+ * byte permute of each nibble's half puts them in order, into c (64 codes a
+ * vector, as lm_qrow_decode leaves them).
  */
-KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, uint8_t *u)
+KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, __m512i c[4])
 {
     /* code j of the permute's two groups (2h + j / 32): code n = j % 32 lies in chunk n / 4, byte 4g + n % 4 */
 #define K4_AT(h, j) (char)(64 * ((j) % 32 / 16) + 16 * ((j) % 32 / 4 % 4) + 4 * (2 * (h) + (j) / 32) + (j) % 4)
@@ -328,10 +329,10 @@ KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, uint8_t *u)
     const __m512i y0 = quad_bytes(col, 64, 0, 4), y1 = quad_bytes(col + 256, 64, 0, 4);
     const __m512i lo0 = _mm512_and_si512(y0, m4), lo1 = _mm512_and_si512(y1, m4);
     const __m512i hi0 = high_nibbles(y0), hi1 = high_nibbles(y1);
-    _mm512_storeu_si512(u, _mm512_permutex2var_epi8(lo0, idx0, lo1));
-    _mm512_storeu_si512(u + 64, _mm512_permutex2var_epi8(lo0, idx1, lo1));
-    _mm512_storeu_si512(u + 128, _mm512_permutex2var_epi8(hi0, idx0, hi1));
-    _mm512_storeu_si512(u + 192, _mm512_permutex2var_epi8(hi0, idx1, hi1));
+    c[0] = _mm512_permutex2var_epi8(lo0, idx0, lo1);
+    c[1] = _mm512_permutex2var_epi8(lo0, idx1, lo1);
+    c[2] = _mm512_permutex2var_epi8(hi0, idx0, hi1);
+    c[3] = _mm512_permutex2var_epi8(hi0, idx1, hi1);
 }
 
 /*
@@ -340,7 +341,7 @@ KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, uint8_t *u)
  * bytes at 16b of each; a dword transpose puts each group's slices in
  * order.  Codes unsigned (code + 32), as lm_qrow_decode leaves them.
  */
-KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, uint8_t *u)
+KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, __m512i c[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
@@ -350,7 +351,7 @@ KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, uint8_t *u)
     for (int set = 0; set < 4; set++) {
         const __m512i low = set % 2 ? high_nibbles(ql[set / 2]) : _mm512_and_si512(ql[set / 2], m4);
         const __m512i v = _mm512_ternarylogic_epi32(low, top[set], m30, 0xf8);
-        _mm512_storeu_si512(u + 64 * set, _mm512_permutexvar_epi32(order, v));
+        c[set] = _mm512_permutexvar_epi32(order, v);
     }
 }
 
@@ -372,13 +373,14 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
         size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
         lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
         lm_k_scales_prepare(t, step + hs - hb, r, b);
+        __m512i c[4];
         if (q6)
-            q6_k_block_codes(step, (int)(b % 4), r->u + b * 256);
+            q6_k_block_codes(step, (int)(b % 4), c);
         else
-            q4_k_block_codes(step, (int)(b % 4), r->u + b * 256);
+            q4_k_block_codes(step, (int)(b % 4), c);
+        put_s8_256(c, lm_code_offset(t), r->s8 + b * 256, r->corr16 + b * 16);
     }
     r->type = t, r->k = k;
-    lm_trow_prepare_avx512(r);
     return 1;
 }
 

@@ -411,6 +411,32 @@ AVX512 static INLINE void store_rows_by_token(const __m512 rows[16], float *out,
         _mm512_storeu_ps(out + ldo * (size_t)t, tok[t]);
 }
 
+/*
+ * 256 unsigned codes (code + off, four vectors) into the form qgemm.c's
+ * VNNI groups read: the codes as signed bytes, and -128 * (sum of every
+ * 16).  Called on the codes while they are in registers, a row is
+ * prepared in the pass that decodes it instead of a second one over it.
+ */
+AVX512 static INLINE void put_s8_256(const __m512i u[4], int off, int8_t *s8, int32_t *corr16)
+{
+    const __m512i voff = _mm512_set1_epi8((char)off);
+    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    __m512i s8x8[4];
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        _mm512_storeu_si512(s8 + 64 * z, _mm512_sub_epi8(u[z], voff));
+        s8x8[z] = _mm512_sad_epu8(u[z], _mm512_setzero_si512()); /* sums of 8 codes + off */
+    }
+    __m512i s16a = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[0], ev, s8x8[1]),
+                                    _mm512_permutex2var_epi64(s8x8[0], od, s8x8[1]));
+    __m512i s16b = _mm512_add_epi64(_mm512_permutex2var_epi64(s8x8[2], ev, s8x8[3]),
+                                    _mm512_permutex2var_epi64(s8x8[2], od, s8x8[3]));
+    __m512i sums = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(s16a)),
+                                      _mm512_cvtepi64_epi32(s16b), 1);
+    sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(16 * off)); /* sums of 16 signed codes */
+    _mm512_storeu_si512(corr16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+}
+
 /* Two vectors of 8-lane groups -> one of their pairwise sums, groups kept in order. */
 AVX512 static INLINE __m512i pair_sums(__m512i x, __m512i y)
 {
