@@ -453,3 +453,11 @@ float lm_gelu(const lm_model *m, float x)
         return x;
     return m->gelu_table[lm_f32_to_f16(x)];
 }
+
+/* g[i] = GELU(g[i]) * up[i], as lm_silu_mul for SiLU: the same bits on every path. */
+void lm_gelu_mul(const lm_model *m, float *g, const float *up, size_t n, int isa)
+{
+    size_t i = isa >= LM_ISA_AVX2 ? lm_gelu_mul_avx2(m->gelu_table, g, up, n) : 0;
+    for (; i < n; i++)
+        g[i] = lm_gelu(m, g[i]) * up[i];
+}

@@ -116,6 +116,30 @@ AVX2 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
     return i;
 }
 
+/*
+ * lm_gelu_mul 8 values at a time, for AVX-512 too (a gather a vector is
+ * the cost either way): each value rounded to f16 as lm_f32_to_f16 rounds
+ * (to nearest even) and looked up in the table, with lm_gelu's ends past
+ * +-10.  A NaN keeps some of its payload here where lm_f32_to_f16 drops
+ * it, but every NaN entry of the table of one sign holds the same NaN
+ * (built through lm_f32_to_f16; test_gelu_mul checks).  Returns how many
+ * it did.
+ */
+AVX2 size_t lm_gelu_mul_avx2(const float *table, float *g, const float *up, size_t n)
+{
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256 y = _mm256_i32gather_ps(table, h, 4);
+        y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(y, _mm256_loadu_ps(up + i)));
+    }
+    return i;
+}
+
 /* lm_softmax_exp, 16 keys a step: two vectors, their lanes its 16 partial sums. */
 AVX2 float lm_softmax_exp_avx2(float *scores, int lo, int hi, float mx)
 {
@@ -404,6 +428,12 @@ double lm_sumsq_avx2(const float *x, int n)
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;
+    return 0;
+}
+
+size_t lm_gelu_mul_avx2(const float *table, float *g, const float *up, size_t n)
+{
+    (void)table, (void)g, (void)up, (void)n;
     return 0;
 }
 

@@ -594,23 +594,19 @@ static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
         }
         lm_barrier_wait(&c->mm.bar);
     }
-    if (!gelu) {
-        /* element by element: one token's features are shared out among the threads */
-        const int parts = n == 1 ? omp_get_num_threads() : 1;
+    /* element by element: one token's features are shared out among the threads */
+    const int parts = n == 1 ? omp_get_num_threads() : 1;
 #pragma omp for schedule(static) nowait
-        for (int j = 0; j < n * parts; j++) {
-            const size_t t = (size_t)(j / parts), f = (size_t)F;
-            const int p = j % parts;
-            size_t a = f * (size_t)p / (size_t)parts & ~(size_t)15;
-            size_t b = p + 1 == parts ? f : f * (size_t)(p + 1) / (size_t)parts & ~(size_t)15;
+    for (int j = 0; j < n * parts; j++) {
+        const size_t t = (size_t)(j / parts), f = (size_t)F;
+        const int p = j % parts;
+        size_t a = f * (size_t)p / (size_t)parts & ~(size_t)15;
+        size_t b = p + 1 == parts ? f : f * (size_t)(p + 1) / (size_t)parts & ~(size_t)15;
+        if (gelu)
+            lm_gelu_mul(m, c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
+        else
             lm_silu_mul(c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
-        }
-        lm_barrier_wait(&c->mm.bar);
-        return;
     }
-#pragma omp for schedule(static) nowait
-    for (size_t i = 0; i < (size_t)n * F; i++)
-        c->hb[i] = lm_gelu(m, c->hb[i]) * c->hb2[i];
     lm_barrier_wait(&c->mm.bar);
 }
 

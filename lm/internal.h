@@ -609,6 +609,8 @@ size_t lm_silu_mul_avx512(float *g, const float *up, size_t n);
 #define EXP_C3 (1.0f / 6)
 #define EXP_C2 0.5f
 float lm_gelu(const lm_model *m, float x);
+void lm_gelu_mul(const lm_model *m, float *g, const float *up, size_t n, int isa);
+size_t lm_gelu_mul_avx2(const float *table, float *g, const float *up, size_t n);
 int lm_gelu_table_init(lm_model *m);
 
 

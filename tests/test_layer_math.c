@@ -104,6 +104,45 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/*
+ * GELU(g) * up through ggml's f16 table: the vector path gives the scalar
+ * bytes for values that round to every kind of f16 (normal, subnormal,
+ * zero, halfway cases), the ends past +-10, infinities and NaNs.
+ */
+START_TEST(test_gelu_mul)
+{
+    enum { N = 4107 };
+    static float g[N], up[N], ref[N], g0[N];
+    lm_model m;
+    memset(&m, 0, sizeof m);
+    ck_assert_int_eq(lm_gelu_table_init(&m), 0);
+    for (int i = 0; i < N; i++) {
+        g[i] = -12.0f + (float)i * (24.0f / N) + (i % 5) * 0.003f;
+        up[i] = 0.5f + (float)(i % 7) * 0.25f;
+    }
+    const float odd[] = {0.0f, -0.0f, 10.0f, -10.0f, 9.999f, -9.999f, 1e-6f, -3e-8f, 1e-40f,
+                         1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-23f, 2049.0f / 2048.0f + 0x1p-12f,
+                         __builtin_inff(), -__builtin_inff(), __builtin_nanf(""), -__builtin_nanf("0x123")};
+    for (size_t j = 0; j < sizeof odd / sizeof odd[0]; j++)
+        g[3 + 5 * j] = odd[j];
+    for (int i = 0; i < N; i++)
+        ref[i] = lm_gelu(&m, g[i]) * up[i];
+    ck_assert(ref[3] == 0.0f && ref[13] == 10.0f * up[13] && ref[18] == 0.0f); /* 0, the ends */
+    for (uint32_t h = 0x7c01; h < 0x10000; h++) /* the vector path's NaNs: one NaN a sign */
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+            ck_assert_msg(!memcmp(&m.gelu_table[h], &m.gelu_table[(h & 0x8000) | 0x7e00], 4), "table[%#x]", h);
+    memcpy(g0, g, sizeof g);
+    for (int isa = LM_ISA_SCALAR; isa <= lm_cpu_isa(); isa++) {
+        memcpy(g, g0, sizeof g);
+        lm_gelu_mul(&m, g, up, N, isa);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(!memcmp(&g[i], &ref[i], 4), "isa %d element %d (%a): %a vs scalar %a", isa, i, g0[i],
+                          g[i], ref[i]);
+    }
+    free(m.gelu_table);
+}
+END_TEST
+
 /* All of an f16 row through the AVX2 conversion (F16 weights', lm_kv_layer_f32's). */
 static size_t halves_avx2(float *dst, const uint16_t *src, size_t n)
 {
@@ -284,6 +323,7 @@ TCase *tcase_layer_math(void)
     tcase_set_timeout(tc, 180); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_gelu_mul);
     tcase_add_test(tc, test_f16_rows);
     tcase_add_test(tc, test_softmax_bitwise);
     tcase_add_test(tc, test_attention_fast_bitwise);
