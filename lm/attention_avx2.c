@@ -1,6 +1,7 @@
 /*
  * lm/attention_avx2.c - attention (and the FFN's SiLU, RMSNorm's sums of squares) for x86 CPUs with
- * AVX2 but not AVX-512 (GELU's table lookups for AVX-512 too), chosen at run time: up to six queries of a KV head at a time, their
+ * AVX2 but not AVX-512 (and GELU's table lookups, for AVX-512 too), chosen at run time: up to
+ * six queries of a KV head at a time, their
  * scores over the K tiles eight keys to a vector (each load serving all of them),
  * the softmax's exponentials eight at a time, their weighted values eight
  * components to a vector.  Each step is the portable
