@@ -663,12 +663,17 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
                         int n_tok, mm_scratch *s)
 {
+    int was_grouped = 0; /* how the activations were last rounded */
     for (int j = 0; j < nw; j++) {
         const int grouped = is_grouped(ws[j], n_tok, s);
-        if (j == 0 || !acts_fit(ws[j - 1], ws[j])) {
+        /* two matrices whose activations fit can still take them in groups, or row by row, differently
+           (a Q2_K file's Q4_K attn_v after its Q2_K attn_k): then they are rounded again */
+        if (j == 0 || !acts_fit(ws[j - 1], ws[j]) || grouped != was_grouped ||
+            act_layout(ws[j - 1], n_tok, grouped, s) != act_layout(ws[j], n_tok, grouped, s)) {
             if (j > 0 && n_tok > 1) /* the last matrix's kernels may still read the activations */
                 lm_barrier_wait(&s->bar);
             round_acts(ws[j], x, n_tok, grouped, s);
+            was_grouped = grouped;
         }
         matmul_rows(outs[j], ws[j], n_tok, grouped, s);
     }

@@ -89,6 +89,51 @@ START_TEST(test_matmul_paths_bitwise)
 END_TEST
 
 /*
+ * Matrices that share their activations as rounded (the same width, kind
+ * and layout) but take them differently: Q2_K rows go in groups from 10
+ * tokens, Q4_K rows from 14; in
+ * one lm_matmul_many (a Q2_K file's attn_k and Q4_K attn_v) each must get
+ * what its own lm_matmul gives.
+ */
+START_TEST(test_matmul_many_shared_acts)
+{
+    enum { ROWS = 32, NT = 40 };
+    static const int counts[] = {1, 6, 12, 17, 20, 33};
+    static const uint32_t pairs[][2] = {{LM_Q2_K, LM_Q4_K}, {LM_Q4_K, LM_Q2_K}, {LM_Q4_K, LM_Q5_K}};
+    static uint8_t wmem[2][ROWS * K];
+    static float x[NT * K], other[NT * K], want[2][NT * ROWS], got[2][NT * ROWS];
+    uint64_t seed = 23;
+    for (int i = 0; i < NT * K; i++)
+        x[i] = cosf((float)i * 0.021f) * (float)(1 + i % 5), other[i] = sinf((float)i * 0.037f);
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, K, NT) == 0);
+    s.amx = 0; /* (the tiles' crossings differ) */
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        lm_tensor w[2];
+        for (int i = 0; i < 2; i++) {
+            size_t rb = lm_row_bytes(pairs[p][i], K);
+            for (int r = 0; r < ROWS; r++)
+                random_row(pairs[p][i], wmem[i] + r * rb, rb, &seed);
+            w[i] = (lm_tensor){"w", pairs[p][i], {K, ROWS}, wmem[i], LM_LAYOUT_FILE};
+        }
+        const lm_tensor *ws[2] = {&w[0], &w[1]};
+        float *outs[2] = {got[0], got[1]};
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            for (int i = 0; i < 2; i++)
+                lm_matmul(want[i], &w[i], x, counts[c], &s);
+            lm_matmul(got[0], &w[0], other, NT, &s); /* groups of other tokens left in the scratch */
+            lm_matmul_many(outs, ws, 2, x, counts[c], &s);
+            for (int i = 0; i < 2; i++)
+                ck_assert_msg(!memcmp(want[i], got[i], (size_t)counts[c] * ROWS * sizeof *got[i]),
+                              "%s after %s, %d tokens: not as alone", lm_type_name(pairs[p][i]),
+                              lm_type_name(pairs[p][1 - i]), counts[c]);
+        }
+    }
+    mm_scratch_free(&s);
+}
+END_TEST
+
+/*
  * One token and a few through Q4_0, Q5_0 and Q8_0 rows (1-19: the kernels of
  * every token count, blocks in lanes where the CPU has VBMI), rows whose
  * last step has 1-16 blocks (Q8_0's last 1-4 apart), against the scalar dot
@@ -380,6 +425,7 @@ TCase *tcase_matmul(void)
     TCase *tc = tcase_create("matmul");
     tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_matmul_paths_bitwise);
+    tcase_add_test(tc, test_matmul_many_shared_acts);
     tcase_add_test(tc, test_matmul_few_tokens_bitwise);
     tcase_add_test(tc, test_matmul_lanes_layout);
     tcase_add_test(tc, test_lanes_plan);
