@@ -554,23 +554,28 @@ static void round_token(const lm_tensor *w, const float *x, int n_tok, int group
  * and a thread may round for the next matrix while the other still reads
  * its slot for this one (tinyllama generating: four barriers a layer).
  */
-static void round_acts(const lm_tensor *w, const float *x, int n_tok, int grouped, mm_scratch *s)
+static void round_acts(const lm_tensor *w, const float *x, int n_tok, int grouped, int rest, mm_scratch *s)
 {
     const int64_t k = w->ne[0];
+    const int in_groups = n_tok - rest; /* the last `rest` tokens go row by row (rest_by_row) */
     if (n_tok == 1) {
         round_token(w, x, 1, grouped, omp_get_thread_num(), s);
         return;
     }
 #pragma omp for schedule(static) nowait
-    for (int t = 0; t < n_tok; t++)
-        round_token(w, x + (size_t)t * k, n_tok, grouped, t, s);
+    for (int t = 0; t < n_tok; t++) {
+        if (t < in_groups)
+            round_token(w, x + (size_t)t * k, n_tok, grouped, t, s);
+        else
+            round_token(w, x + (size_t)t * k, rest, 0, t, s);
+    }
     lm_barrier_wait(&s->bar);
     if (grouped) {
         const int atype = lm_act_type(w->type);
 #pragma omp for schedule(static) nowait
-        for (int g = 0; g < (n_tok + 15) / 16; g++)
-            lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, n_tok - 16 * g < 16 ? n_tok - 16 * g : 16, k,
-                            s->amx, s->isa, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
+        for (int g = 0; g < (in_groups + 15) / 16; g++)
+            lm_tgroup_build(&s->groups[g], atype, s->acts + 16 * g, in_groups - 16 * g < 16 ? in_groups - 16 * g : 16,
+                            k, s->amx, s->isa, s->tg_mem + (size_t)g * lm_tgroup_bytes(k));
         lm_barrier_wait(&s->bar);
     }
 }
@@ -582,7 +587,7 @@ static const act_row *acts_for(const mm_scratch *s, int n_tok)
 }
 
 /* w times the rounded activations, by the threads of the enclosing region (outputs only). */
-static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, mm_scratch *s)
+static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, int rest, mm_scratch *s)
 {
     /* token blocks keep their activations in L2 while every row passes; the
        grouped kernels decode a row once a block, so their blocks are longer */
@@ -595,14 +600,17 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
         block /= 2; /* each four rows stream the block's groups: from L2, not L3 */
     const act_row *acts = acts_for(s, n_tok);
     int64_t r0 = n_tok == 1 ? rows16_times_token(out, w, acts, s) : 0;
-    for (int t0 = 0; t0 < n_tok; t0 += block) {
-        int nb = n_tok - t0 < block ? n_tok - t0 : block;
+    const int in_groups = n_tok - rest;
+    for (int t0 = 0; t0 < in_groups; t0 += block) {
+        int nb = in_groups - t0 < block ? in_groups - t0 : block;
         int64_t first = tiles     ? rows16_times_groups(out, w, t0, nb, s)
                         : grouped ? rows16_times_groups_vnni(out, w, t0, nb, s)
                         : eights  ? rows8_times_tokens(out, w, t0, nb, acts, s)
                                   : r0;
         rows_times_tokens(out, w, first, t0, nb, acts, s);
     }
+    if (rest) /* (their own activations' layout: round_acts) */
+        rows_times_tokens(out, w, 0, in_groups, rest, acts, s);
 }
 
 /*
@@ -655,6 +663,22 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 }
 
 /*
+ * Of n_tok tokens going in groups of 16, how many past the last whole group
+ * go row by row instead: a group costs its 16 lanes whatever it holds, and
+ * the few-token kernels give the same bytes.  K-quant rows, where a group
+ * costs most (qwen2.5-1.5b Q4_K_M, Zen 5: 16 tokens in 140 ms, 17 in 206,
+ * 32 in 209, 33 in 282, one token through every row 24 ms; tinyllama
+ * Q4_K_M 32 in 150, 33 in 200).  So: qwen2.5-1.5b pp17 79-92 -> 102-115
+ * t/s, pp33 114-132 -> 140-158; tinyllama Q4_K_M pp33 156-159 -> 192-196.
+ */
+#define REST_BY_ROW 4
+static int rest_by_row(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
+{
+    const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K, rest = n_tok % 16;
+    return grouped && !s->amx && k_quant && n_tok > 16 && rest <= REST_BY_ROW ? rest : 0;
+}
+
+/*
  * ws[0..nw) times the same x into outs[0..nw), by the threads of the
  * enclosing region: the activations are rounded again only when a matrix
  * needs other ones, and only then do the threads wait for each other
@@ -663,19 +687,19 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 static void matmul_many(float *const *outs, const lm_tensor *const *ws, int nw, const float *x,
                         int n_tok, mm_scratch *s)
 {
-    int was_grouped = 0; /* how the activations were last rounded */
+    int was_grouped = 0, was_rest = 0; /* how the activations were last rounded */
     for (int j = 0; j < nw; j++) {
-        const int grouped = is_grouped(ws[j], n_tok, s);
+        const int grouped = is_grouped(ws[j], n_tok, s), rest = rest_by_row(ws[j], n_tok, grouped, s);
         /* two matrices whose activations fit can still take them in groups, or row by row, differently
            (a Q2_K file's Q4_K attn_v after its Q2_K attn_k): then they are rounded again */
-        if (j == 0 || !acts_fit(ws[j - 1], ws[j]) || grouped != was_grouped ||
+        if (j == 0 || !acts_fit(ws[j - 1], ws[j]) || grouped != was_grouped || rest != was_rest ||
             act_layout(ws[j - 1], n_tok, grouped, s) != act_layout(ws[j], n_tok, grouped, s)) {
             if (j > 0 && n_tok > 1) /* the last matrix's kernels may still read the activations */
                 lm_barrier_wait(&s->bar);
-            round_acts(ws[j], x, n_tok, grouped, s);
-            was_grouped = grouped;
+            round_acts(ws[j], x, n_tok, grouped, rest, s);
+            was_grouped = grouped, was_rest = rest;
         }
-        matmul_rows(outs[j], ws[j], n_tok, grouped, s);
+        matmul_rows(outs[j], ws[j], n_tok, grouped, rest, s);
     }
 }
 

@@ -52,8 +52,9 @@ START_TEST(test_matmul_paths_bitwise)
     enum { ROWS = 37, NT = 40 };
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q4_K, LM_Q5_K, LM_Q6_K,
                                      LM_Q4_1, LM_Q5_1, LM_Q2_K, LM_Q3_K, LM_F16, LM_BF16};
-    /* four-token tiles and the 1-3 left; 12, 24 and (rows under 1024 columns) 30: row by row */
-    static const int counts[] = {1, 2, 5, 7, 12, 24, 30, NT};
+    /* four-token tiles and the 1-3 left; 12, 24 and (rows under 1024 columns) 30: row by row;
+       17, 19 and 33: K-quant rows' last 1-3 tokens row by row after whole groups */
+    static const int counts[] = {1, 2, 5, 7, 12, 17, 19, 24, 30, 33, NT};
     static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
     uint64_t seed = 17;
@@ -91,7 +92,7 @@ END_TEST
 /*
  * Matrices that share their activations as rounded (the same width, kind
  * and layout) but take them differently: Q2_K rows go in groups from 10
- * tokens, Q4_K rows from 14; in
+ * tokens, Q4_K rows from 14 and with their last 1-4 tokens row by row; in
  * one lm_matmul_many (a Q2_K file's attn_k and Q4_K attn_v) each must get
  * what its own lm_matmul gives.
  */
