@@ -665,17 +665,21 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 /*
  * Of n_tok tokens going in groups of 16, how many past the last whole group
  * go row by row instead: a group costs its 16 lanes whatever it holds, and
- * the few-token kernels give the same bytes.  K-quant rows, where a group
- * costs most (qwen2.5-1.5b Q4_K_M, Zen 5: 16 tokens in 140 ms, 17 in 206,
- * 32 in 209, 33 in 282, one token through every row 24 ms; tinyllama
- * Q4_K_M 32 in 150, 33 in 200).  So: qwen2.5-1.5b pp17 79-92 -> 102-115
- * t/s, pp33 114-132 -> 140-158; tinyllama Q4_K_M pp33 156-159 -> 192-196.
+ * the few-token kernels give the same bytes (qwen2.5-1.5b Q4_K_M, Zen 5:
+ * 16 tokens in 140 ms, 17 in 206, 32 in 209, 33 in 282, one token through
+ * every row 24 ms).  So, alternated twice: qwen2.5-1.5b pp17 79-92 ->
+ * 102-115 t/s, pp33 114-132 -> 140-158; tinyllama Q4_K_M pp33 156-159 ->
+ * 192-196; with Q4_0, Q5_0 and Q8_0 rows too, tinyllama Q4_0 pp33-36
+ * 16-20% faster, smollm2 and qwen2.5-0.5b Q4_K_M (Q5_0 rows) pp33-34
+ * 8-27%, tinyllama Q8_0 pp33 5%.
  */
 #define REST_BY_ROW 4
 static int rest_by_row(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
-    const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K, rest = n_tok % 16;
-    return grouped && !s->amx && k_quant && n_tok > 16 && rest <= REST_BY_ROW ? rest : 0;
+    const int few_fast = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K || w->type == LM_Q4_0 ||
+                         w->type == LM_Q5_0 || w->type == LM_Q8_0; /* kernels of a few tokens (qrow_*.c) */
+    const int rest = n_tok % 16;
+    return grouped && !s->amx && few_fast && n_tok > 16 && rest <= REST_BY_ROW ? rest : 0;
 }
 
 /*
