@@ -671,9 +671,11 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
  * 102-115 t/s, pp33 114-132 -> 140-158; tinyllama Q4_K_M pp33 156-159 ->
  * 192-196; with Q4_0, Q5_0 and Q8_0 rows too, tinyllama Q4_0 pp33-36
  * 16-20% faster, smollm2 and qwen2.5-0.5b Q4_K_M (Q5_0 rows) pp33-34
- * 8-27%, tinyllama Q8_0 pp33 5%.
+ * 8-27%, tinyllama Q8_0 pp33 5%.  Up to 6 rather than 4: qwen2.5-1.5b
+ * pp21 103 -> 117, pp22 106-109 -> 119-120, tinyllama Q4_K_M pp37 185 ->
+ * 201; at 8 left over (pp24, pp40) level or a few % slower.
  */
-#define REST_BY_ROW 4
+#define REST_BY_ROW 6
 static int rest_by_row(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
     const int few_fast = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K || w->type == LM_Q4_0 ||

@@ -53,8 +53,8 @@ START_TEST(test_matmul_paths_bitwise)
     static const uint32_t types[] = {LM_Q4_0, LM_Q5_0, LM_Q8_0, LM_Q4_K, LM_Q5_K, LM_Q6_K,
                                      LM_Q4_1, LM_Q5_1, LM_Q2_K, LM_Q3_K, LM_F16, LM_BF16};
     /* four-token tiles and the 1-3 left; 12, 24 and (rows under 1024 columns) 30: row by row;
-       17, 19, 33 and 36: the last 1-4 tokens row by row after whole groups */
-    static const int counts[] = {1, 2, 5, 7, 12, 17, 19, 24, 30, 33, 36, NT};
+       17, 19, 33 and 38: the last 1-6 tokens row by row after whole groups */
+    static const int counts[] = {1, 2, 5, 7, 12, 17, 19, 24, 30, 33, 38, NT};
     static uint8_t wmem[ROWS * K * 2];
     static float x[NT * K], out[NT * ROWS];
     uint64_t seed = 17;
