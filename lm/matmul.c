@@ -650,15 +650,20 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * tinyllama Q4_K_M pp10 111-123 -> 152-168 t/s, pp12 135-145 -> 155-170;
  * pp13 level, pp20 and pp23 faster in the tiles).
  */
+/* Rows qrow_k.c's kernels take (and qrow_klanes.c's, rearranged). */
+static int k_quant(const lm_tensor *w)
+{
+    return w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K;
+}
+
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int k_quant = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K; /* qrow_k.c */
     const int klanes_whole = klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0;
     const int from = s->amx ? (klanes_whole ? 13 : 10)
                      : lanes_type(w, s) ? (w->ne[0] < 1024 && w->type != LM_Q5_0 ? 32 : 28)
                      : klanes_whole ? 24
-                     : k_quant ? 14 : 10;
+                     : k_quant(w) ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }
 
@@ -678,8 +683,8 @@ static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 #define REST_BY_ROW 6
 static int rest_by_row(const lm_tensor *w, int n_tok, int grouped, const mm_scratch *s)
 {
-    const int few_fast = w->type == LM_Q4_K || w->type == LM_Q5_K || w->type == LM_Q6_K || w->type == LM_Q4_0 ||
-                         w->type == LM_Q5_0 || w->type == LM_Q8_0; /* kernels of a few tokens (qrow_*.c) */
+    const int few_fast = k_quant(w) || w->type == LM_Q4_0 || w->type == LM_Q5_0 ||
+                         w->type == LM_Q8_0; /* kernels of a few tokens (qrow_*.c) */
     const int rest = n_tok % 16;
     return grouped && !s->amx && few_fast && n_tok > 16 && rest <= REST_BY_ROW ? rest : 0;
 }
