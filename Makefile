@@ -43,7 +43,7 @@ A64_RUN_V80 = qemu-aarch64 -cpu cortex-a72
 DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 endif
 NEON_TEST_SRC = tests/aarch64/neon_kernels.c tests/qrows.c tests/attcheck.c lm/qdot.c lm/qdot_neon.c lm/qdot_simd.c \
-	lm/qdot_avx2.c lm/qact_simd.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c \
+	lm/qdot_avx2.c lm/qact_simd.c lm/quant.c lm/attention.c lm/attention_neon.c lm/attention_simd.c lm/attention_avx2.c lm/pointwise_simd.c \
 	lm/model.c lm/gguf.c lm/weights_copy.c lm/repack.c
 
 # x86-64 CPUs with AVX2 but without the AVX-512 that lm_cpu_isa takes (VNNI

@@ -1,6 +1,6 @@
 /*
- * lm/attention_simd.c - the AVX-512 forms of attention.c's softmax and
- * attention, chosen at run time.  The queries that share a KV head go over
+ * lm/attention_simd.c - the AVX-512 form of attention.c's attention,
+ * chosen at run time (softmax's exponentials: pointwise_simd.c).  The queries that share a KV head go over
  * its cache a block of keys at a time, so the block is read from memory
  * once for all of them.  Each query still gets exactly what the portable
  * per-query code computes (same exp polynomial, same addition trees, keys
@@ -74,92 +74,6 @@ AVX512 static inline __m512 kv16(const void *base, size_t off, int f16)
     if (f16)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)at));
     return _mm512_loadu_ps((const float *)at);
-}
-
-/* lm_expf on 16 lanes: the same operations in the same order. */
-AVX512 static inline __m512 exp16_avx512(__m512 x)
-{
-    __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(EXP_LOG2E), _mm512_set1_ps(EXP_SHIFT));
-    __m512 n = _mm512_sub_ps(z, _mm512_set1_ps(EXP_SHIFT));
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_HI), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_LO), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_C6), r, _mm512_set1_ps(EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i sb = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(z), 23),
-                                  _mm512_set1_epi32(0x3f800000));
-    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(sb));
-    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_UNDER), _CMP_LT_OQ),
-                           _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_OVER), _CMP_GT_OQ),
-                              _mm512_set1_ps(__builtin_inff()));
-}
-
-/* lm_silu_mul 16 values at a time, lm_silu's operations; returns how many it did. */
-AVX512 size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(g + i);
-        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        __m512 s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-        _mm512_storeu_ps(g + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
-    }
-    return i;
-}
-
-/* lm_sumsq, 16 elements a step: its partial sums are the lanes of lo8 and hi8. */
-AVX512 double lm_sumsq_avx512(const float *x, int n)
-{
-    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 live = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(live, x + i); /* lanes past n add zeros */
-        v = _mm512_mul_ps(v, v);
-        lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-        hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
-    }
-    double part[16];
-    _mm512_storeu_pd(part, lo8);
-    _mm512_storeu_pd(part + 8, hi8);
-    return lm_sum_parts16(part);
-}
-
-/*
- * lm_softmax_exp, 16 keys at a time: lanes are its 16 partial sums.  Two
- * passes, exponentials then sums: in one loop each step's conversions and
- * additions waited on its exponential's long chain, and the out-of-order
- * window held too few steps to hide it (Zen 5, 743 keys: 13.3 cycles a
- * vector in one pass, 10.6 in two).  The same operations in the same order.
- */
-AVX512 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
-{
-    int j = lo;
-    for (; j + 16 <= hi + 1; j += 16) {
-        __m512 x = _mm512_sub_ps(_mm512_loadu_ps(scores + j), _mm512_set1_ps(mx));
-        _mm512_storeu_ps(scores + j, exp16_avx512(x));
-    }
-    __m512d lo8 = _mm512_setzero_pd(), hi8 = _mm512_setzero_pd();
-    for (int i = lo; i < j; i += 16) {
-        __m512 e = _mm512_loadu_ps(scores + i);
-        lo8 = _mm512_add_pd(lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        hi8 = _mm512_add_pd(hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
-    }
-    if (j <= hi) { /* the last 1-15 keys in the lanes they fall in, the rest left alone */
-        const __mmask16 live = (__mmask16)((1u << (hi + 1 - j)) - 1);
-        __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores + j), _mm512_set1_ps(mx)));
-        _mm512_mask_storeu_ps(scores + j, live, e);
-        lo8 = _mm512_mask_add_pd(lo8, (__mmask8)live, lo8, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        hi8 = _mm512_mask_add_pd(hi8, (__mmask8)(live >> 8), hi8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
-        j = hi + 1;
-    }
-    double part[16];
-    _mm512_storeu_pd(part, lo8);
-    _mm512_storeu_pd(part + 8, hi8);
-    return lm_softmax_finish(scores, lo, j, hi, mx, part);
 }
 
 /*
@@ -749,22 +663,6 @@ AVX512 int lm_attend_group_avx512(const lm_attq *qs, int n, const void *k0, cons
 }
 
 #else
-double lm_sumsq_avx512(const float *x, int n)
-{
-    return lm_sumsq(x, n);
-}
-
-size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
-{
-    (void)g, (void)up, (void)n;
-    return 0;
-}
-
-float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
-{
-    return lm_softmax_exp(scores, lo, hi, mx);
-}
-
 int lm_attend_scores_avx512(const lm_attq *qs, int n, const void *k0, int hd, int hdv, float scale,
                             int part, int parts, float *scores, size_t sstride, float *vmx, int f16)
 {
