@@ -256,6 +256,37 @@ float lm_expf(float x)
     return p * scale;
 }
 
+/* tanh(a) for a >= 0 (NaN stays NaN), as internal.h's TANH_ constants say. */
+static float tanh_nonneg(float a)
+{
+    if (a < TANH_POLY) {
+        const float u = a * a;
+        float p = fmaf(TANH_P4, u, TANH_P3);
+        p = fmaf(p, u, TANH_P2);
+        p = fmaf(p, u, TANH_P1);
+        p = fmaf(p, u, TANH_P0);
+        return fmaf(a * u, p, a);
+    }
+    return 1.0f - 2.0f / (lm_expf(2.0f * a) + 1.0f);
+}
+
+float lm_softcap(float x, float cap)
+{
+    const float t = x / cap;
+    return cap * copysignf(tanh_nonneg(fabsf(t)), t);
+}
+
+/* x[i] = lm_softcap(x[i], cap), vectors first: the same bits on every path. */
+void lm_softcap_rows(float *x, size_t n, float cap, int isa)
+{
+    size_t i = isa >= LM_ISA_AVX512 ? lm_softcap_avx512(x, n, cap)
+               : isa == LM_ISA_AVX2 ? lm_softcap_avx2(x, n, cap)
+               : lm_isa_neon(isa) ? lm_softcap_neon(x, n, cap)
+                                    : 0;
+    for (; i < n; i++)
+        x[i] = lm_softcap(x[i], cap);
+}
+
 /* SiLU(g) = g * sigmoid(g), written as llama.cpp writes it: g / (1 + e^-g). */
 float lm_silu(float g)
 {
@@ -315,7 +346,7 @@ static float scores_one(const lm_kv *kv, size_t kb, const float *q, int lo, int 
                 continue;
             float s = acc[j % 16] * scale;
             if (cap > 0)
-                s = cap * tanhf(s / cap);
+                s = lm_softcap(s, cap);
             scores[j] = s;
             mx = s > mx ? s : mx;
         }

@@ -87,6 +87,31 @@ AVX2 static INLINE __m256 exp8_avx2(__m256 x)
     return x;
 }
 
+/* lm_softcap on 8 lanes: both of tanh's forms, each lane keeping the one lm_softcap takes. */
+AVX2 static INLINE __m256 softcap8_avx2(__m256 x, __m256 cap)
+{
+    const __m256 t = _mm256_div_ps(x, cap), one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const __m256 a = _mm256_andnot_ps(sign, t), u = _mm256_mul_ps(a, a);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(TANH_P4), u, _mm256_set1_ps(TANH_P3));
+    p = _mm256_fmadd_ps(p, u, _mm256_set1_ps(TANH_P2));
+    p = _mm256_fmadd_ps(p, u, _mm256_set1_ps(TANH_P1));
+    p = _mm256_fmadd_ps(p, u, _mm256_set1_ps(TANH_P0));
+    const __m256 poly = _mm256_fmadd_ps(_mm256_mul_ps(a, u), p, a);
+    const __m256 e = exp8_avx2(_mm256_mul_ps(_mm256_set1_ps(2.0f), a));
+    const __m256 far = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+    const __m256 r = _mm256_blendv_ps(far, poly, _mm256_cmp_ps(a, _mm256_set1_ps(TANH_POLY), _CMP_LT_OQ));
+    return _mm256_mul_ps(cap, _mm256_or_ps(r, _mm256_and_ps(sign, t)));
+}
+
+/* lm_softcap_rows 8 values at a time; returns how many it did. */
+AVX2 size_t lm_softcap_avx2(float *x, size_t n, float cap)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, softcap8_avx2(_mm256_loadu_ps(x + i), _mm256_set1_ps(cap)));
+    return i;
+}
+
 /* lm_sumsq, 16 elements a step: its partial sums are the lanes of four vectors of doubles. */
 AVX2 double lm_sumsq_avx2(const float *x, int n)
 {
@@ -183,13 +208,17 @@ AVX2 static inline __m256 kv8(const void *base, size_t off, int f16)
  * A tile's 16 scores of one query (lo0, hi8: keys j0.., scaled) into sc[]
  * where they are its keys (attention.c's scores_one): whole tiles store all
  * 16 and fold them into the maximum by vector (max_ps keeps the maximum when
- * a score is NaN, as the scalar "s > mx" does); tiles cut by the range, and
- * soft-capped scores, go one at a time.
+ * a score is NaN, as the scalar "s > mx" does); tiles cut by the range go
+ * one at a time.  Soft-capping comes first, on the vectors.
  */
 AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 hi8, float cap, float *sc,
                                   __m256 *m8, float *mx)
 {
-    if (cap <= 0 && j0 >= qa->lo && j0 + 15 <= qa->pos) {
+    if (cap > 0) {
+        lo8 = softcap8_avx2(lo8, _mm256_set1_ps(cap));
+        hi8 = softcap8_avx2(hi8, _mm256_set1_ps(cap));
+    }
+    if (j0 >= qa->lo && j0 + 15 <= qa->pos) {
         _mm256_storeu_ps(sc + j0, lo8);
         _mm256_storeu_ps(sc + j0 + 8, hi8);
         *m8 = _mm256_max_ps(hi8, _mm256_max_ps(lo8, *m8));
@@ -199,9 +228,7 @@ AVX2 static INLINE void keep_tile(const lm_attq *qa, int j0, __m256 lo8, __m256 
     _mm256_storeu_ps(tile, lo8);
     _mm256_storeu_ps(tile + 8, hi8);
     for (int j = j0 < qa->lo ? qa->lo : j0; j <= qa->pos && j < j0 + 16; j++) {
-        float s = tile[j - j0];
-        if (cap > 0)
-            s = cap * tanhf(s / cap);
+        const float s = tile[j - j0];
         sc[j] = s;
         *mx = s > *mx ? s : *mx;
     }
@@ -429,6 +456,12 @@ double lm_sumsq_avx2(const float *x, int n)
 size_t lm_silu_mul_avx2(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;
+    return 0;
+}
+
+size_t lm_softcap_avx2(float *x, size_t n, float cap)
+{
+    (void)x, (void)n, (void)cap;
     return 0;
 }
 

@@ -40,6 +40,32 @@ static inline float32x4_t exp4_neon(float32x4_t x)
     return vbslq_f32(vcgtq_f32(x, vdupq_n_f32(EXP_OVER)), vdupq_n_f32(INFINITY), e);
 }
 
+/* lm_softcap on 4 lanes: both of tanh's forms, each lane keeping the one lm_softcap takes. */
+static inline float32x4_t softcap4_neon(float32x4_t x, float32x4_t cap)
+{
+    const float32x4_t t = vdivq_f32(x, cap), one = vdupq_n_f32(1.0f), a = vabsq_f32(t), u = vmulq_f32(a, a);
+    float32x4_t p = vfmaq_f32(vdupq_n_f32(TANH_P3), vdupq_n_f32(TANH_P4), u);
+    p = vfmaq_f32(vdupq_n_f32(TANH_P2), p, u);
+    p = vfmaq_f32(vdupq_n_f32(TANH_P1), p, u);
+    p = vfmaq_f32(vdupq_n_f32(TANH_P0), p, u);
+    const float32x4_t poly = vfmaq_f32(a, vmulq_f32(a, u), p);
+    const float32x4_t e = exp4_neon(vmulq_f32(vdupq_n_f32(2.0f), a));
+    const float32x4_t far = vsubq_f32(one, vdivq_f32(vdupq_n_f32(2.0f), vaddq_f32(e, one)));
+    const float32x4_t r = vbslq_f32(vcltq_f32(a, vdupq_n_f32(TANH_POLY)), poly, far);
+    const uint32x4_t sign = vdupq_n_u32(0x80000000u);
+    return vmulq_f32(cap, vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(r),
+                                                          vandq_u32(sign, vreinterpretq_u32_f32(t)))));
+}
+
+/* lm_softcap_rows 4 values at a time; returns how many it did. */
+size_t lm_softcap_neon(float *x, size_t n, float cap)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(x + i, softcap4_neon(vld1q_f32(x + i), vdupq_n_f32(cap)));
+    return i;
+}
+
 /* Partial sums j..j+3 of 16 (two vectors of doubles) plus the four floats of v. */
 static inline void add_parts4(float64x2_t part[8], int j, float32x4_t v)
 {
@@ -128,12 +154,15 @@ static inline float32x4_t kv4(const void *base, size_t off, int f16)
  * where they are its keys (attention.c's scores_one): whole tiles store
  * all 16 and fold them into the maximum by vector (maxnm keeps the number
  * when a score is NaN, as the scalar "s > mx" does); tiles cut by the
- * range, and soft-capped scores, go one at a time.
+ * range go one at a time.  Soft-capping comes first, on the vectors.
  */
-static inline void keep_tile(const lm_attq *qa, int j0, const float32x4_t s[4], float cap, float *sc,
+static inline void keep_tile(const lm_attq *qa, int j0, const float32x4_t s0[4], float cap, float *sc,
                              float32x4_t *m4, float *mx)
 {
-    if (cap <= 0 && j0 >= qa->lo && j0 + 15 <= qa->pos) {
+    float32x4_t s[4];
+    for (int u = 0; u < 4; u++)
+        s[u] = cap > 0 ? softcap4_neon(s0[u], vdupq_n_f32(cap)) : s0[u];
+    if (j0 >= qa->lo && j0 + 15 <= qa->pos) {
         for (int u = 0; u < 4; u++) {
             vst1q_f32(sc + j0 + 4 * u, s[u]);
             *m4 = vmaxnmq_f32(s[u], *m4);
@@ -144,9 +173,7 @@ static inline void keep_tile(const lm_attq *qa, int j0, const float32x4_t s[4], 
     for (int u = 0; u < 4; u++)
         vst1q_f32(tile + 4 * u, s[u]);
     for (int j = j0 < qa->lo ? qa->lo : j0; j <= qa->pos && j < j0 + 16; j++) {
-        float s1 = tile[j - j0];
-        if (cap > 0)
-            s1 = cap * tanhf(s1 / cap);
+        const float s1 = tile[j - j0];
         sc[j] = s1;
         *mx = s1 > *mx ? s1 : *mx;
     }
@@ -296,6 +323,12 @@ double lm_sumsq_neon(const float *x, int n)
 size_t lm_silu_mul_neon(float *g, const float *up, size_t n)
 {
     (void)g, (void)up, (void)n;
+    return 0;
+}
+
+size_t lm_softcap_neon(float *x, size_t n, float cap)
+{
+    (void)x, (void)n, (void)cap;
     return 0;
 }
 

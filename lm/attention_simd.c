@@ -275,15 +275,8 @@ static int block_keys(int hd, int f16)
 /* Softmax of one query's scores, left in place as exp(s - mx); returns 1 / their sum. */
 AVX512 static float softmax_weights(float *sc, int lo, int pos, float cap, __m512 vmx)
 {
-    float mx = _mm512_reduce_max_ps(vmx);
-    if (cap > 0) { /* soft-capped scores take their maximum after the cap, one at a time */
-        mx = -__builtin_inff();
-        for (int j = lo; j <= pos; j++) {
-            float s = cap * tanhf(sc[j] / cap);
-            sc[j] = s;
-            mx = s > mx ? s : mx;
-        }
-    }
+    /* soft-capped scores take their maximum after the cap */
+    const float mx = cap > 0 ? lm_softcap_max_avx512(sc, lo, pos, cap) : _mm512_reduce_max_ps(vmx);
     return lm_softmax_exp_avx512(sc, lo, pos, mx);
 }
 

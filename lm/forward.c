@@ -693,11 +693,12 @@ static void output_logits(lm_ctx *c, int first, int n, float *logits)
     const int E = m->hp.n_embd;
     norm_rows(c, c->xb, c->x + (size_t)first * E, m->output_norm, n - first);
     lm_matmul(logits, m->output, c->xb, n - first, &c->mm);
-    float cap = m->hp.final_softcap;
+    const float cap = m->hp.final_softcap;
     if (cap > 0) {
+        const size_t all = (size_t)(n - first) * (size_t)m->hp.n_vocab, part = 4096;
 #pragma omp for schedule(static) nowait
-        for (size_t i = 0; i < (size_t)(n - first) * (size_t)m->hp.n_vocab; i++)
-            logits[i] = cap * tanhf(logits[i] / cap);
+        for (size_t i = 0; i < all; i += part)
+            lm_softcap_rows(logits + i, all - i < part ? all - i : part, cap, c->mm.isa);
         lm_barrier_wait(&c->mm.bar);
     }
 }

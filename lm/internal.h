@@ -608,6 +608,27 @@ size_t lm_silu_mul_avx512(float *g, const float *up, size_t n);
 #define EXP_C4 (1.0f / 24)
 #define EXP_C3 (1.0f / 6)
 #define EXP_C2 0.5f
+
+/*
+ * Soft-capping, cap * tanh(x / cap) (Gemma 2's scores and logits), with
+ * tanh(a) for a = |x / cap| as a + a^3 P(a^2) below TANH_POLY, where
+ * 1 - 2 / (e^2a + 1) would cancel, and as that above: within 1.7 ulp of
+ * tanh (glibc's tanhf 2.2 on the same sweep).  P is a least-error fit of
+ * (tanh(a) - a) / a^3 on [0, 0.625].  Every path runs these operations in
+ * this order (lm_softcap), so a capped score has the same bits on each.
+ */
+#define TANH_POLY 0.625f
+#define TANH_P4 -0x1.75e1d4p-8f
+#define TANH_P3 0x1.52269ep-6f
+#define TANH_P2 -0x1.b83c5ap-5f
+#define TANH_P1 0x1.110726p-3f
+#define TANH_P0 -0x1.555532p-2f
+float lm_softcap(float x, float cap);
+void lm_softcap_rows(float *x, size_t n, float cap, int isa);
+size_t lm_softcap_avx512(float *x, size_t n, float cap);
+float lm_softcap_max_avx512(float *sc, int lo, int hi, float cap);
+size_t lm_softcap_avx2(float *x, size_t n, float cap);
+size_t lm_softcap_neon(float *x, size_t n, float cap);
 float lm_gelu(const lm_model *m, float x);
 void lm_gelu_mul(const lm_model *m, float *g, const float *up, size_t n, int isa);
 size_t lm_gelu_mul_avx2(const float *table, float *g, const float *up, size_t n);

@@ -1,9 +1,10 @@
 /*
  * lm/pointwise_simd.c - the AVX-512 forms of attention.c's steps that take
- * one value at a time: softmax's exponentials, SiLU and RMSNorm's sum of
- * squares, chosen at run time.  Each runs the scalar function's
- * operations in the same order (lm_expf's polynomial, the same partial
- * sums), so every path gives the same bytes; tests compare them.
+ * one value at a time: softmax's exponentials, SiLU, soft-capping, and
+ * RMSNorm's sum of squares, chosen at run time.  Each runs the scalar
+ * function's operations in the same order (the polynomials of lm_expf and
+ * lm_softcap, the same partial sums), so every path gives the same bytes;
+ * tests compare them.
  */
 #include "internal.h"
 #include "simd.h"
@@ -32,6 +33,51 @@ AVX512 static inline __m512 exp16_avx512(__m512 x)
                            _mm512_setzero_ps());
     return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_OVER), _CMP_GT_OQ),
                               _mm512_set1_ps(__builtin_inff()));
+}
+
+/* lm_softcap on 16 lanes: both of tanh's forms, each lane keeping the one lm_softcap takes. */
+AVX512 static inline __m512 softcap16_avx512(__m512 x, __m512 cap)
+{
+    const __m512 t = _mm512_div_ps(x, cap), one = _mm512_set1_ps(1.0f);
+    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+    const __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(t)));
+    const __m512 u = _mm512_mul_ps(a, a);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(TANH_P4), u, _mm512_set1_ps(TANH_P3));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(TANH_P2));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(TANH_P1));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(TANH_P0));
+    const __m512 poly = _mm512_fmadd_ps(_mm512_mul_ps(a, u), p, a);
+    const __m512 e = exp16_avx512(_mm512_mul_ps(_mm512_set1_ps(2.0f), a));
+    const __m512 far = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+    const __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_POLY), _CMP_LT_OQ), far, poly);
+    const __m512i signed_r = _mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, _mm512_castps_si512(t)));
+    return _mm512_mul_ps(cap, _mm512_castsi512_ps(signed_r));
+}
+
+/* lm_softcap_rows 16 values at a time; returns how many it did. */
+AVX512 size_t lm_softcap_avx512(float *x, size_t n, float cap)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, softcap16_avx512(_mm512_loadu_ps(x + i), _mm512_set1_ps(cap)));
+    return i;
+}
+
+/*
+ * Scores lo..hi soft-capped in place; returns their maximum after the cap
+ * (NaNs passed over, as the scalar "s > mx" does: max_ps keeps its second
+ * operand when the first is NaN).
+ */
+AVX512 float lm_softcap_max_avx512(float *sc, int lo, int hi, float cap)
+{
+    __m512 mx = _mm512_set1_ps(-__builtin_inff());
+    for (int j = lo; j <= hi; j += 16) {
+        const __mmask16 live = hi + 1 - j >= 16 ? 0xffff : (__mmask16)((1u << (hi + 1 - j)) - 1);
+        const __m512 s = softcap16_avx512(_mm512_maskz_loadu_ps(live, sc + j), _mm512_set1_ps(cap));
+        _mm512_mask_storeu_ps(sc + j, live, s);
+        mx = _mm512_mask_max_ps(mx, live, s, mx);
+    }
+    return _mm512_reduce_max_ps(mx);
 }
 
 /* lm_silu_mul 16 values at a time, lm_silu's operations; returns how many it did. */
@@ -110,8 +156,25 @@ size_t lm_silu_mul_avx512(float *g, const float *up, size_t n)
     return 0;
 }
 
+size_t lm_softcap_avx512(float *x, size_t n, float cap)
+{
+    (void)x, (void)n, (void)cap;
+    return 0;
+}
+
 float lm_softmax_exp_avx512(float *scores, int lo, int hi, float mx)
 {
     return lm_softmax_exp(scores, lo, hi, mx);
+}
+
+
+float lm_softcap_max_avx512(float *sc, int lo, int hi, float cap)
+{
+    float mx = -INFINITY;
+    for (int j = lo; j <= hi; j++) {
+        sc[j] = lm_softcap(sc[j], cap);
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    return mx;
 }
 #endif

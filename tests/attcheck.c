@@ -19,7 +19,7 @@ static void attend_ref(const float *q, const float *k, const float *v, int lo, i
             s = fmaf(q[d], k[(size_t)j * hd + d], s);
         s *= scale;
         if (cap > 0)
-            s = cap * tanhf(s / cap);
+            s = lm_softcap(s, cap);
         scores[j] = s;
         mx = s > mx ? s : mx;
     }

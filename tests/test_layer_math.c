@@ -143,6 +143,80 @@ START_TEST(test_gelu_mul)
 }
 END_TEST
 
+/* Whether got is within n units in the last place of the float nearest want. */
+static int within_ulps(float got, double want, int n)
+{
+    int e;
+    frexp(want, &e);
+    return fabs((double)got - want) <= n * ldexp(1.0, e - 24);
+}
+
+/*
+ * Soft-capping: tanh within 2 ulp of the exact value on both sides of
+ * TANH_POLY and out to where it is 1 (odd: -x gives the negated bytes);
+ * with a cap of 50, within 3 (x / cap and cap * t each round once); zeros
+ * keep their signs, infinities reach the cap, NaN stays NaN.  Every path
+ * the CPU has gives the scalar bytes, tails included, and AVX-512's capped
+ * scores and their maximum are the scalar ones, a NaN passed over.
+ */
+START_TEST(test_softcap)
+{
+    for (uint32_t b = 0x32000000u; b < 0x41a00000u; b += 997) { /* 7e-9 .. 20 */
+        float x, neg;
+        memcpy(&x, &b, 4);
+        const float got = lm_softcap(x, 1.0f);
+        ck_assert_msg(within_ulps(got, tanh((double)x), 2), "tanh(%a) = %a, want %a", x, got, tanh((double)x));
+        neg = lm_softcap(-x, 1.0f);
+        ck_assert_msg(neg == -got, "tanh(-%a) = %a, not -%a", x, neg, got);
+        const double want = 50.0 * tanh((double)(50.0f * x) / 50.0);
+        ck_assert_msg(within_ulps(lm_softcap(50.0f * x, 50.0f), want, 3), "50 tanh(%a / 50)", 50.0f * x);
+    }
+    const float zero = lm_softcap(0.0f, 30.0f), nzero = lm_softcap(-0.0f, 30.0f);
+    ck_assert(zero == 0.0f && !signbit(zero) && nzero == 0.0f && signbit(nzero));
+    ck_assert(lm_softcap(INFINITY, 30.0f) == 30.0f && lm_softcap(-INFINITY, 30.0f) == -30.0f);
+    ck_assert(lm_softcap(1e30f, 30.0f) == 30.0f && isnan(lm_softcap(NAN, 30.0f)));
+
+    enum { N = 4107 };
+    static float x[N], ref[N], got[N];
+    const float cap = 50.0f, edge = TANH_POLY * cap;
+    for (int i = 0; i < N; i++)
+        x[i] = -400.0f + (float)i * (800.0f / N) + (float)(i % 5) * 0.003f;
+    const float odd[] = {0.0f, -0.0f, edge, -edge, nextafterf(edge, 0), nextafterf(edge, 100), 1e-30f, 5000.0f,
+                         INFINITY, -INFINITY, NAN};
+    for (size_t j = 0; j < sizeof odd / sizeof odd[0]; j++)
+        x[3 + 7 * j] = odd[j];
+    for (int i = 0; i < N; i++)
+        ref[i] = lm_softcap(x[i], cap);
+    for (int isa = LM_ISA_SCALAR; isa <= lm_cpu_isa(); isa++) {
+        memcpy(got, x, sizeof x);
+        lm_softcap_rows(got, N, cap, isa);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(!memcmp(&got[i], &ref[i], 4), "isa %d element %d (%a): %a vs scalar %a", isa, i, x[i],
+                          got[i], ref[i]);
+    }
+    if (lm_cpu_isa() >= LM_ISA_AVX512)
+        for (int lo = 0; lo < 40; lo += 7)
+            for (int hi = lo; hi < 300; hi += 23) {
+                memcpy(got, x, sizeof x);
+                float want = -INFINITY;
+                for (int j = lo; j <= hi; j++)
+                    want = ref[j] > want ? ref[j] : want;
+                const float mx = lm_softcap_max_avx512(got, lo, hi, cap);
+                ck_assert_msg(mx == want, "max of %d..%d: %a, not %a", lo, hi, mx, want);
+                ck_assert_msg(!memcmp(got + lo, ref + lo, (size_t)(hi - lo + 1) * 4), "scores %d..%d", lo, hi);
+                ck_assert(lo == 0 || !memcmp(got + lo - 1, x + lo - 1, 4)); /* the key before lo untouched */
+                ck_assert(!memcmp(got + hi + 1, x + hi + 1, 4));          /* and the one after hi */
+            }
+    if (lm_cpu_isa() >= LM_ISA_AVX512)
+        for (int lo = 0; lo < 16; lo++) { /* the maximum, then a NaN and a low score in its lane */
+            for (int j = 0; j < 64; j++)
+                got[j] = -1.0f;
+            got[lo] = 3.0f, got[lo + 16] = NAN, got[lo + 32] = -5.0f;
+            ck_assert(lm_softcap_max_avx512(got, lo, lo + 40, cap) == lm_softcap(3.0f, cap));
+        }
+}
+END_TEST
+
 /* All of an f16 row through the AVX2 conversion (F16 weights', lm_kv_layer_f32's). */
 static size_t halves_avx2(float *dst, const uint16_t *src, size_t n)
 {
@@ -324,6 +398,7 @@ TCase *tcase_layer_math(void)
     tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_gelu_mul);
+    tcase_add_test(tc, test_softcap);
     tcase_add_test(tc, test_f16_rows);
     tcase_add_test(tc, test_softmax_bitwise);
     tcase_add_test(tc, test_attention_fast_bitwise);

@@ -147,9 +147,10 @@ static void check_floats(void)
 }
 
 /*
- * The steps beside the matmuls: sums of squares, SiLU and softmax of every
- * length up to 40 (each tail after 0, 1 and 2 full steps), values from
- * tiny to past exp's overflow; then attention (attcheck.h).
+ * The steps beside the matmuls: sums of squares, SiLU, soft-capping and
+ * softmax of every length up to 40 (each tail after 0, 1 and 2 full
+ * steps), values from tiny to past exp's overflow; then attention
+ * (attcheck.h).
  */
 static void check_layer_math(void)
 {
@@ -169,6 +170,11 @@ static void check_layer_math(void)
         lm_silu_mul(g2, up, (size_t)n, LM_ISA_NEON);
         for (int i = 0; i < n; i++)
             expect_same(g2[i], g1[i], "silu", "n", n);
+        memcpy(g1, x, sizeof x), memcpy(g2, x, sizeof x); /* soft-capping: both of tanh's forms */
+        lm_softcap_rows(g1, (size_t)n, 30.0f, LM_ISA_SCALAR);
+        lm_softcap_rows(g2, (size_t)n, 30.0f, LM_ISA_NEON);
+        for (int i = 0; i < n; i++)
+            expect_same(g2[i], g1[i], "softcap", "n", n);
         for (int i = 0; i < 40; i++)
             s1[i] = s2[i] = x[i] * 0.25f - 3.0f;
         if (n == 0)
