@@ -766,9 +766,12 @@ static int decode_all(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int po
     return 0;
 }
 
-size_t lm_ctx_prefetch(const lm_ctx *c)
+size_t lm_ctx_prefetch(const lm_ctx *c, int *l1_too, int *chosen)
 {
-    return lm_ahead_next(&c->ahead);
+    const size_t ahead = lm_ahead_next(&c->ahead);
+    *l1_too = (ahead & LM_AHEAD_L1) != 0;
+    *chosen = c->ahead.fixed || c->ahead.chosen;
+    return lm_ahead_bytes(ahead);
 }
 
 int lm_decode(lm_ctx *c, lm_kv *kv, const int32_t *tokens, int n, int pos0, int logits_mode,

@@ -271,10 +271,10 @@ int lm_rows16_group_k_amx(const rows16 *r, const tgroup *g, int has_mins, float 
  * KiB; the Xeon 2-3 KiB, against 6: tinyllama Q4_K_M 6 tokens 102-109 ->
  * 134-138 t/s, Q8_0 111 -> 129-130, Q4_0 189-194 -> 203-205).
  */
-#define LM_AHEAD_ONE 6144 /* bytes ahead, into L2, when a row meets one token, until tuned */
+#define LM_AHEAD_ONE (6144 | LM_AHEAD_L1) /* bytes ahead, into L2 (and L1 nearer), for one token, until tuned */
 
 /* prefetch_tune.c: a context's choice of that distance, from its passes' times. */
-#define LM_AHEAD_CHOICES 5
+#define LM_AHEAD_CHOICES 10
 typedef struct lm_ahead_tune {
     size_t fixed;                   /* KVCHAT_PREFETCH's bytes, or 0 */
     int trials;                     /* timed passes so far */
@@ -376,30 +376,47 @@ static inline float lm_half_at(const uint8_t *p)
 }
 
 /*
- * One token's lines, asked into L2 `ahead` bytes before they are read, are
- * asked again into L1 LM_AHEAD_NEAR bytes before: left to the hardware,
- * each row's loads waited on L2 (Xeon with AMX, `kvchat bench -p 0 -n 64`,
- * two rounds, against none: tinyllama Q4_0 48.7-51.1 -> 53.8-54.5 t/s at
- * 512, 53.9-54.2 at 256, 52-53 at 768-1536; Q8_0 26.6-27.0 -> 28.1-28.7 at
- * 512; then alternated with the binary before, two rounds: qwen2.5-0.5b
- * Q4_0 114-115 -> 122-124, Q4_K_M 70-72 -> 76-77, tinyllama Q8_0 27.4-27.6
- * -> 28.8-29.1, smollm2 Q8_0 272 -> 277-285, its Q4_K_M level).
+ * One token's lines, asked into L2 `ahead` bytes before they are read, may
+ * be asked again into L1 LM_AHEAD_NEAR bytes before: where `ahead` has the
+ * bit LM_AHEAD_L1 (distances are whole KiB).  On the Xeon with AMX, left
+ * to the hardware, each row's loads waited on L2 (`kvchat bench -p 0 -n
+ * 64`, two rounds, against none: tinyllama Q4_0 48.7-51.1 -> 53.8-54.5 t/s
+ * at 512, 53.9-54.2 at 256, 52-53 at 768-1536; Q8_0 26.6-27.0 -> 28.1-28.7
+ * at 512; alternated with the binary before, two rounds: qwen2.5-0.5b Q4_0
+ * 114-115 -> 122-124, Q4_K_M 70-72 -> 76-77, tinyllama Q8_0 27.4-27.6 ->
+ * 28.8-29.1).  On the Zen 5 the second request costs the same tokens 3-17%
+ * (tinyllama Q4_0 73.2-73.8 t/s against 78.5-86.8 without, Q8_0 39.9-42.5
+ * against 45.6-45.9, Q4_K_M 66.5-67.5 against 68.7-70.8; three and two
+ * rounds alternated, the machine reading 45-65 GB/s), so each context
+ * tunes whether to ask with the distance (prefetch_tune.c).
  */
 #define LM_AHEAD_NEAR 512
+#define LM_AHEAD_L1 ((size_t)1)
+
+/* The distance in bytes of an `ahead`, without its LM_AHEAD_L1 bit. */
+static inline size_t lm_ahead_bytes(size_t ahead)
+{
+    return ahead & ~LM_AHEAD_L1;
+}
 
 /* The n bytes `ahead` beyond p that a kernel of ntok tokens reads next: into L2 (and L1 nearer) for one token, L1 for several. */
 static inline void lm_prefetch_ahead(const uint8_t *p, size_t n, int ntok, size_t ahead)
 {
-    if (ntok == 1) {
+    const size_t far = lm_ahead_bytes(ahead);
+    if (ntok == 1 && (ahead & LM_AHEAD_L1)) {
 #pragma GCC unroll 8 /* a loop of a few lines costs the one-token kernels 5% in L2 */
         for (size_t off = 0; off < n; off += 64) {
-            __builtin_prefetch(p + ahead + off, 0, 2);         /* prefetcht1: into L2 */
+            __builtin_prefetch(p + far + off, 0, 2);           /* prefetcht1: into L2 */
             __builtin_prefetch(p + LM_AHEAD_NEAR + off, 0, 3); /* prefetcht0: into L1 */
         }
+    } else if (ntok == 1) {
+#pragma GCC unroll 8
+        for (size_t off = 0; off < n; off += 64)
+            __builtin_prefetch(p + far + off, 0, 2);
     } else {
 #pragma GCC unroll 8
         for (size_t off = 0; off < n; off += 64)
-            __builtin_prefetch(p + ahead + off, 0, 3); /* prefetcht0: into L1 */
+            __builtin_prefetch(p + far + off, 0, 3); /* prefetcht0: into L1 */
     }
 }
 

@@ -221,8 +221,9 @@ typedef struct lm_ctx lm_ctx;
 lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e);
 void lm_ctx_free(lm_ctx *c);
 int lm_default_threads(void);
-/* Bytes ahead of its reads a one-token pass asks for weights: tuned from the context's first passes. */
-size_t lm_ctx_prefetch(const lm_ctx *c);
+/* Bytes ahead of its reads a one-token pass asks for weights, whether into L1 too (just
+   before), and whether that is chosen yet: tuned on the context's first passes. */
+size_t lm_ctx_prefetch(const lm_ctx *c, int *l1_too, int *chosen);
 
 enum lm_logits_mode { LM_LOGITS_NONE, LM_LOGITS_LAST, LM_LOGITS_ALL };
 

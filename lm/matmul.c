@@ -434,7 +434,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  */
 static void ask_run_start(const uint8_t *run, size_t bytes, size_t ahead)
 {
-    prefetch_span(run, 0, bytes < ahead ? bytes : ahead);
+    const size_t far = lm_ahead_bytes(ahead);
+    prefetch_span(run, 0, bytes < far ? bytes : far);
 }
 
 #define RUN_BYTES 65536 /* weight bytes of a run of rows for the fast kernels, about */

@@ -382,41 +382,53 @@ END_TEST
 
 /*
  * The prefetch distance's tuning (lm/prefetch_tune.c): every candidate in
- * turn, each judged by its fastest pass, so a pass slowed by the machine
- * does not lose its candidate the choice; then the choice stays.
- * KVCHAT_PREFETCH fixes the distance.
+ * turn, each distance with the request into L1 and without, each judged by
+ * its fastest pass, so a pass slowed by the machine does not lose its
+ * candidate the choice; then the choice stays.  KVCHAT_PREFETCH fixes it.
  */
-START_TEST(test_prefetch_tune)
+static size_t tuned_ahead(double l1_cost)
 {
-    unsetenv("KVCHAT_PREFETCH");
     lm_ahead_tune t;
     lm_ahead_tune_init(&t);
     size_t seen[LM_AHEAD_CHOICES] = {0};
     int passes = 0;
     while (t.chosen == 0) {
-        const size_t d = lm_ahead_next(&t);
+        const size_t ahead = lm_ahead_next(&t), d = lm_ahead_bytes(ahead);
         ck_assert(passes < 100);
         if (passes < LM_AHEAD_CHOICES)
-            seen[passes] = d;
+            seen[passes] = ahead;
         /* 3 KiB the fastest, but its first pass stalled; 2 KiB next, 8 KiB the slowest */
-        double secs = 0.020 + (d > 3072 ? d - 3072 : 3072 - d) * 1e-7;
+        double secs = 0.020 + (d > 3072 ? d - 3072 : 3072 - d) * 1e-7 + (ahead & LM_AHEAD_L1 ? l1_cost : 0);
         if (d == 3072 && passes < LM_AHEAD_CHOICES)
             secs *= 3;
-        lm_ahead_record(&t, 1 + d, 0.001); /* not what was asked with: not counted */
-        lm_ahead_record(&t, d, secs);
+        lm_ahead_record(&t, ahead ^ LM_AHEAD_L1, 0.001); /* not what was asked with: not counted */
+        lm_ahead_record(&t, ahead, secs);
         passes++;
     }
-    for (int i = 1; i < LM_AHEAD_CHOICES; i++)
-        ck_assert_msg(seen[i] != seen[0] && seen[i] > 0, "candidate %d: %zu", i, seen[i]);
+    for (int i = 0; i < LM_AHEAD_CHOICES; i++)
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(seen[i] > 1 && seen[i] != seen[j], "candidate %d: %zu", i, seen[i]);
     ck_assert_int_eq(passes % LM_AHEAD_CHOICES, 0);
-    ck_assert_uint_eq(lm_ahead_next(&t), 3072);
-    lm_ahead_record(&t, 3072, 1.0); /* once chosen, later passes change nothing */
-    ck_assert_uint_eq(lm_ahead_next(&t), 3072);
-    setenv("KVCHAT_PREFETCH", "5000", 1);
-    lm_ahead_tune_init(&t);
-    for (int i = 0; i < 40; i++)
-        lm_ahead_record(&t, lm_ahead_next(&t), 0.01);
-    ck_assert_uint_eq(lm_ahead_next(&t), 5000);
+    const size_t chosen = lm_ahead_next(&t);
+    lm_ahead_record(&t, chosen, 1.0); /* once chosen, later passes change nothing */
+    ck_assert_uint_eq(lm_ahead_next(&t), chosen);
+    return chosen;
+}
+
+START_TEST(test_prefetch_tune)
+{
+    unsetenv("KVCHAT_PREFETCH");
+    ck_assert_uint_eq(tuned_ahead(0.002), 3072);               /* the request into L1 slows the passes */
+    ck_assert_uint_eq(tuned_ahead(-0.002), 3072 | LM_AHEAD_L1); /* or speeds them up */
+    const char *fixed[] = {"5120", "5120:l2"};
+    for (int f = 0; f < 2; f++) {
+        setenv("KVCHAT_PREFETCH", fixed[f], 1);
+        lm_ahead_tune t;
+        lm_ahead_tune_init(&t);
+        for (int i = 0; i < 40; i++)
+            lm_ahead_record(&t, lm_ahead_next(&t), 0.01);
+        ck_assert_uint_eq(lm_ahead_next(&t), f ? 5120 : 5120 | LM_AHEAD_L1);
+    }
     unsetenv("KVCHAT_PREFETCH");
 }
 END_TEST
