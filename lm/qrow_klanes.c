@@ -104,8 +104,8 @@ KL static INLINE __m512i lane_shuffle(__m512i x, __m128i idx)
 }
 
 /*
- * A 64-byte load of a step's, and the lines lm_prefetch_ahead would ask for
- * that far on (and for one token, LM_AHEAD_NEAR on into L1 if asked: tinyllama
+ * A 64-byte load of a step's, and its line asked for by lm_prefetch_ahead
+ * (and for one token, LM_AHEAD_NEAR on into L1 if asked: tinyllama
  * Q4_K_M generating, Xeon with AMX, three rounds, 48.3-48.4 -> 50.3-50.5
  * t/s): a step's lines asked for one a load, as a burst of them a
  * step stalls the loads behind it from memory (tinyllama Q4_K_M
@@ -115,12 +115,7 @@ KL static INLINE __m512i lane_shuffle(__m512i x, __m128i idx)
  */
 KL static INLINE __m512i load_ahead(const uint8_t *p, int n, size_t ahead)
 {
-    if (n == 1) {
-        __builtin_prefetch(p + lm_ahead_bytes(ahead), 0, 2);
-        if (ahead & LM_AHEAD_L1)
-            __builtin_prefetch(p + LM_AHEAD_NEAR, 0, 3);
-    } else
-        __builtin_prefetch(p + lm_ahead_bytes(ahead), 0, 3);
+    lm_prefetch_ahead(p, 64, n, ahead);
     return load_once512(p);
 }
 

@@ -42,12 +42,10 @@ AVX2 static INLINE __m256i six_bit_scales_avx2(__m256i x)
     return _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(hi, 2), _mm256_set1_epi8(0x30)));
 }
 
-/* 32 bytes of a step, and its line a prefetch distance on (into L2) and LM_AHEAD_NEAR on (into L1, if asked). */
+/* 32 bytes of a step, and its line asked for as one token's are (lm_prefetch_ahead). */
 AVX2 static INLINE __m256i load_line(const uint8_t *p, size_t ahead)
 {
-    __builtin_prefetch(p + lm_ahead_bytes(ahead), 0, 2);
-    if (ahead & LM_AHEAD_L1)
-        __builtin_prefetch(p + LM_AHEAD_NEAR, 0, 3);
+    lm_prefetch_ahead(p, 64, 1, ahead);
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
