@@ -403,8 +403,8 @@ int lm_q5_0_lanes_native(void)
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
  * matrices of a step a row at least, in rows that come 16 at a time, Q5_0
- * matrices of a step a row at least, Q4_K and Q6_K ones whose whole steps
- * hold three quarters of a row at least; the embeddings only where
+ * matrices of a step a row at least, Q4_K and Q6_K ones of whole steps
+ * (4 super-blocks) only; the embeddings only where
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
@@ -424,12 +424,13 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * lm_b32_block_bytes(t->type)))
         return t->type == LM_Q5_1 ? LM_LAYOUT_Q5_1_LANES : LM_LAYOUT_Q5_0_LANES;
     const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
-    /* whole steps of 1024 at least three quarters of the row: the rest goes through the tail's
-       kernel a token pair at a time, and smollm2's ffn_down (1536: a step and half of one more)
-       ran prompts of a few tokens faster as the file has it (`kvchat bench -p 6`, Zen 5, five
-       alternations: 663-973 against 596-913 t/s, each ahead; generation level to 6% ahead) */
-    const int mostly_steps = 4 * (t->ne[0] % 1024) <= t->ne[0];
-    if (k_quant && mostly_steps && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
+    /* rows of whole steps only: those ending past them (gemma2's 2304, tinyllama's ffn_down 5632,
+       qwen2.5's 4864 and 8960) ran faster or level as the file has them, their last super-blocks
+       having taken a kernel of their own with a quarter to half of its lanes in use (Zen 5,
+       `kvchat bench -p 16,64 -n 32 -r 2`, three alternations: gemma2-2b Q4_K_M pp16 60.6-64.2 ->
+       70.5-71.3, tinyllama Q4_K_M pp16 176-181 -> 184-191, pp64 and tg32 3-5% ahead, qwen2.5's
+       level) */
+    if (k_quant && t->ne[0] % 1024 == 0 && t->ne[0] > 0 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
         return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;

@@ -345,17 +345,16 @@ START_TEST(test_q5_lanes_plan)
 END_TEST
 
 /*
- * Q4_K and Q6_K matrices take their layouts with a whole step (4
- * super-blocks) a row or more, whole steps three quarters of the row at
- * least, any number of rows, each type where its kernels run (Q4_K's on
- * AVX2 CPUs too).
+ * Q4_K and Q6_K matrices take their layouts with rows of whole steps (4
+ * super-blocks) only, any number of rows, each type where its kernels run
+ * (Q4_K's on AVX2 CPUs too).
  */
 START_TEST(test_klanes_plan)
 {
     enum { SB = 144, Q4K = LM_LAYOUT_Q4_K_LANES, Q6K = LM_LAYOUT_Q6_K_LANES };
     gguf_tensor t[] = {
         {"a", 2, {1024, 3, 1, 1}, LM_Q4_K, 0, 3 * 4 * SB, NULL},                 /* fits */
-        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* fits, a super-block left over */
+        {"b", 2, {1280, 2, 1, 1}, LM_Q4_K, 100 * SB, 2 * 5 * SB, NULL},          /* a super-block past its step */
         {"c", 2, {768, 4, 1, 1}, LM_Q4_K, 200 * SB, 4 * 3 * SB, NULL},           /* 3 super-blocks a row */
         {"token_embd.weight", 2, {1024, 2, 1, 1}, LM_Q4_K, 300 * SB, 8 * SB, NULL},
         {"d", 2, {1024, 2, 1, 1}, LM_Q6_K, 400 * SB, 2 * 4 * 210, NULL},         /* fits, Q6_K */
@@ -365,13 +364,15 @@ START_TEST(test_klanes_plan)
         {"h", 2, {1536, 3, 1, 1}, LM_Q6_K, 620 * SB, 3 * 6 * 210, NULL},        /* a third of each row left over */
         {"i", 2, {512, 3, 1, 1}, LM_Q6_K, 650 * SB, 3 * 2 * 210, NULL},         /* 2 super-blocks a row */
         {"j", 2, {2048, 1, 1, 1}, LM_Q6_K, 670 * SB, 8 * 210, NULL},            /* fits, Q6_K */
-        {"k", 2, {2560, 1, 1, 1}, LM_Q6_K, 683 * SB, 10 * 210, NULL},           /* fits, a fifth left over */
+        {"k", 2, {2560, 1, 1, 1}, LM_Q6_K, 683 * SB, 10 * 210, NULL},           /* half a step past its steps */
         {"output.weight", 2, {64, 8, 1, 1}, LM_F32, 699 * SB, 0, NULL},         /* the embeddings untied */
+        {"l", 2, {5632, 1, 1, 1}, LM_Q4_K, 700 * SB, 22 * SB, NULL},            /* 5 steps and half of one */
+        {"m", 2, {5120, 1, 1, 1}, LM_Q4_K, 722 * SB, 20 * SB, NULL},            /* 5 steps */
     };
-    const uint8_t want[] = {Q4K, Q4K, 0, 0, Q6K, 0, 0, 0, 0, 0, Q6K, Q6K, 0};
+    const uint8_t want[] = {Q4K, 0, 0, 0, Q6K, 0, 0, 0, 0, 0, Q6K, 0, 0, 0, Q4K};
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
-    ck_assert_int_eq(lm_lanes_plan(&g, 700 * SB, got), 0);
+    ck_assert_int_eq(lm_lanes_plan(&g, 742 * SB, got), 0);
     const int q4_k = lm_klanes_layout_native(LM_Q4_K), q6_k = lm_klanes_layout_native(LM_Q6_K);
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         const int native = want[i] == Q4K ? q4_k : q6_k;
