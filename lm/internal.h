@@ -156,10 +156,8 @@ int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int
 int lm_cpu_gfni(void);
 int lm_rows_k_gfni(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                    const act_row *a, int n, float *out, size_t ldo);
-/* For the lanes layouts' super-blocks left as the file has them: b..b+m-1 of a row into acc (8 floats a token) */
-void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc);
+/* Super-block b's scales, mins and factors into r, from the header a lanes layout keeps (codes not read) */
 void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b); /* the block's file bytes at blk */
-void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b);  /* super-block b of row */
 /* qrow_klanes.c: Q4_K and Q6_K rows in their lanes layouts (tag LM_Q4_K_LANES, LM_Q6_K_LANES), with GFNI */
 void lm_act_klanes(act_row *a, uint32_t tag); /* fills qw, ncw in that layout's order */
 int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
@@ -168,9 +166,6 @@ int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r);
 /* qrow_klanes_avx2.c: one token through rearranged Q4_K rows, AVX2; 0: not this layout (nothing done) */
 int lm_rows_klanes_avx2(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                         float *out);
-/* qrow_k_avx2.c: super-blocks b0..b1-1 of a K-quant row as stored into acc and mins (lanes b % LM_K_LANES) */
-void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
-                      float *mins);
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes; also from the lanes layouts); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);

@@ -641,15 +641,13 @@ static void matmul_rows(float *out, const lm_tensor *w, int n_tok, int grouped, 
  * Short Q4_0 and Q8_0 rows (under 1024 columns) go row by row up to 31:
  * smollm2 Q8_0 (576) pp28 939 -> 1024, pp30 1004 -> 1049 (medians of four
  * alternations), qwen2.5-0.5b Q4_0 (896) level.  Rearranged Q4_K and Q6_K
- * rows of whole steps (qrow_klanes.c) go row by row up to 23: tinyllama
- * Q4_K_M pp16 113-137 -> 137-138, pp20 106-121 -> 134-135, pp23 122-138 ->
- * 136-139 (pp24 level, pp26 141 against 156 grouped); with super-blocks
- * left over (qwen2.5's ffn_down) they stay at 14 (pp14 357 grouped against
- * 340, pp24 352 against 307).  With AMX, the tiles take groups from 10
- * tokens (that crossing not measured), from 13 through Q4_K and Q6_K rows
- * of whole steps in their layout (Xeon with AMX, 3 KiB ahead, two rounds:
- * tinyllama Q4_K_M pp10 111-123 -> 152-168 t/s, pp12 135-145 -> 155-170;
- * pp13 level, pp20 and pp23 faster in the tiles).
+ * rows (qrow_klanes.c) go row by row up to 23: tinyllama Q4_K_M pp16
+ * 113-137 -> 137-138, pp20 106-121 -> 134-135, pp23 122-138 -> 136-139
+ * (pp24 level, pp26 141 against 156 grouped).  With AMX, the tiles take
+ * groups from 10 tokens (that crossing not measured), from 13 through
+ * Q4_K and Q6_K rows in their layout (Xeon with AMX, 3 KiB ahead, two
+ * rounds: tinyllama Q4_K_M pp10 111-123 -> 152-168 t/s, pp12 135-145 ->
+ * 155-170; pp13 level, pp20 and pp23 faster in the tiles).
  */
 /* Rows qrow_k.c's kernels take (and qrow_klanes.c's, rearranged). */
 static int k_quant(const lm_tensor *w)
@@ -660,10 +658,10 @@ static int k_quant(const lm_tensor *w)
 static int is_grouped(const lm_tensor *w, int n_tok, const mm_scratch *s)
 {
     const int atype = lm_act_type(w->type);
-    const int klanes_whole = klanes_tag(w) && lanes_native(w, s) && w->ne[0] % 1024 == 0;
-    const int from = s->amx ? (klanes_whole ? 13 : 10)
+    const int klanes = klanes_tag(w) && lanes_native(w, s);
+    const int from = s->amx ? (klanes ? 13 : 10)
                      : lanes_type(w, s) ? (w->ne[0] < 1024 && w->type != LM_Q5_0 ? 32 : 28)
-                     : klanes_whole ? 24
+                     : klanes ? 24
                      : k_quant(w) ? 14 : 10;
     return s->isa >= LM_ISA_AVX512 && (atype == LM_Q8_K || atype == LM_Q8_0) && n_tok >= from;
 }

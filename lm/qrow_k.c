@@ -327,33 +327,6 @@ KQ static INLINE void row_k(uint32_t t, size_t bs, const uint8_t *row, int64_t k
         out[(size_t)j * ldo] = k_lanes_total(acc[j]);
 }
 
-#ifdef QROW_K_GFNI
-/*
- * Super-blocks b..b+m-1 (m < 4) of a Q4_K or Q6_K row as the file has them
- * (row: where the row starts), for n (1-2) tokens, added into acc (8 floats
- * a token, row_k's lanes): the super-blocks the lanes layouts leave
- * (qrow_klanes.c).
- */
-KQ void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc)
-{
-    __m256 v[LM_ROW_K_TOKENS];
-    for (int j = 0; j < n; j++)
-        v[j] = _mm256_loadu_ps(acc + 8 * j);
-    /* each case a literal type and count: a quad of a type known only at run
-       time lost its prefetches, and those rows read at 23 GB/s against 35 */
-    if (t == LM_Q4_K && n == 1)
-        quad(LM_Q4_K, 144, row, b, m, a, 1, 0, v);
-    else if (t == LM_Q4_K)
-        quad(LM_Q4_K, 144, row, b, m, a, 2, 0, v);
-    else if (n == 1)
-        quad(LM_Q6_K, 210, row, b, m, a, 1, 0, v);
-    else
-        quad(LM_Q6_K, 210, row, b, m, a, 2, 0, v);
-    for (int j = 0; j < n; j++)
-        _mm256_storeu_ps(acc + 8 * j, v[j]);
-}
-#endif
-
 /* Whether all n tokens' codes are also in nibble order (lm_act_nibbles). */
 static int all_nibbles(const act_row *a, int n)
 {
@@ -613,12 +586,6 @@ KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t
             put_block_scaled(t, &q, c[b], 4 * s + b, lo, hi, mn);
         }
     }
-    for (int64_t b = 4 * steps; b < k / 256; b++) { /* the last ones stay as the file has them */
-        kquad q;
-        __m512i c[4];
-        one_block(t, bs, row, b, &q, c, d, m);
-        put_block_scaled(t, &q, c, b, lo, hi, mn);
-    }
 }
 
 /*
@@ -651,15 +618,6 @@ KQ void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
     decode_quad(t, blk, lm_type_size(t), 1, &q);
     store_factors(&q, r->d, r->m, b);
     kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
-}
-
-/* Super-block b of a Q4_K or Q6_K row, as the file has it there, into r (the lanes layouts' last ones). */
-KQ void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b)
-{
-    if (t == LM_Q4_K) /* literal types, as lm_k_tail_gfni's */
-        prepare_block(LM_Q4_K, 144, row, b, r);
-    else
-        prepare_block(LM_Q6_K, 210, row, b, r);
 }
 
 KQ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
@@ -699,10 +657,6 @@ int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
 #ifdef QROW_K_GFNI
 int lm_cpu_gfni(void) { return 0; }
 
-void lm_k_tail_gfni(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n, float *acc)
-{
-    (void)t, (void)row, (void)b, (void)m, (void)a, (void)n, (void)acc;
-}
 #else
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn)
@@ -720,11 +674,6 @@ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
 {
     (void)t, (void)blk, (void)r, (void)b;
-}
-
-void lm_k_block_prepare(uint32_t t, const uint8_t *row, qrow *r, int64_t b)
-{
-    (void)t, (void)row, (void)r, (void)b;
 }
 
 #endif

@@ -13,8 +13,7 @@
  * 128-bit lane, which is where the float steps (lm_dot_k_scalar's, block b
  * in lane b % 4) want it.  The token's codes are laid out to match
  * (lm_act_klanes).  Integer sums are exact, so the result is bitwise the
- * file's.  A row's super-blocks past its whole steps stay as the file has
- * them and go through qrow_k.c's kernel (lm_k_tail_gfni).
+ * file's.  Rows are whole steps (repack.c's layout_for).
  *
  * What it gives (Zen 4, two threads, tinyllama Q4_K_M, alternated with
  * the file's layout): prompts of 2-23 tokens 2-25% faster (up to 23 go
@@ -237,18 +236,16 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
     }
 }
 
-/* n (1-2) tokens through a rearranged row: its whole steps, then the super-blocks left as the file has them. */
+/* n (1-2) tokens through a rearranged row, step by step. */
 KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, const act_row *a, int n, float *out,
                                  size_t ldo)
 {
     const int q6 = tag == LM_Q6_K_LANES;
     const size_t step = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
-    const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
     __m512 acc[KLANES_TOKENS];
     for (int j = 0; j < n; j++)
         acc[j] = _mm512_setzero_ps();
-    const int64_t steps = k / 1024, nb = k / 256;
-    for (int64_t s = 0; s < steps; s++) {
+    for (int64_t s = 0; s < k / 1024; s++) {
         if (q6)
             q6_k_step(row + step * s, a, n, s, acc);
         else
@@ -256,19 +253,8 @@ KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, co
     }
     /* row_k's order: the sums and mins of super-blocks b mod 4 in lanes 2b, 2b + 1 */
     const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-    float lanes[KLANES_TOKENS][8];
-    __m256 acc8[KLANES_TOKENS];
     for (int j = 0; j < n; j++)
-        acc8[j] = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick, acc[j]));
-    if (4 * steps < nb) {
-        for (int j = 0; j < n; j++)
-            _mm256_storeu_ps(lanes[j], acc8[j]);
-        lm_k_tail_gfni(t, row, 4 * steps, (int)(nb - 4 * steps), a, n, lanes[0]);
-        for (int j = 0; j < n; j++)
-            acc8[j] = _mm256_loadu_ps(lanes[j]);
-    }
-    for (int j = 0; j < n; j++)
-        out[(size_t)j * ldo] = k_lanes_total(acc8[j]);
+        out[(size_t)j * ldo] = k_lanes_total(_mm512_castps512_ps256(_mm512_permutexvar_ps(pick, acc[j])));
 }
 
 /*
@@ -357,13 +343,8 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
     const int q6 = tag == LM_Q6_K_LANES;
     const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
     const size_t step_bytes = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
-    const int64_t nb = k / 256, whole = nb / 4 * 4;
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *step = row + step_bytes * (b / 4);
-        if (b >= whole) { /* left as the file has them */
-            lm_k_block_prepare(t, row, r, b);
-            continue;
-        }
         if (b % 4 == 0)
             lm_prefetch_ahead(step, step_bytes, 16, LM_PREFETCH_BATCH);
         size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */

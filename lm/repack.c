@@ -60,8 +60,8 @@
  * super-blocks meet their scales in a few multiplies (Zen 4, one thread,
  * 2048 columns from L2: Q4_K 14.9 -> 7.8 ticks a super-block, Q6_K 20.2
  * -> 15.4 through lm_matmul).  A step keeps its 4 super-blocks' bytes
- * (k_to_lanes below has the places); a row's last k/256 mod 4 super-blocks
- * stay as they are.  Only where the kernels that read them run (AVX-512
+ * (k_to_lanes below has the places); only rows of whole steps take the
+ * layout (layout_for).  Only where the kernels that read them run (AVX-512
  * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
  * their order, qrow_k.c; and Q4_K where AVX2 is the widest,
  * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c).  On the
@@ -267,7 +267,7 @@ static void k_lanes_codes(uint32_t t, const uint8_t *step, uint8_t u[4][256])
                 }
 }
 
-/* A K-quant row of k columns into its lanes layout, in place (the super-blocks past whole steps stay). */
+/* A K-quant row of k columns (a multiple of 1024) into its lanes layout, in place. */
 static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 {
     const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
@@ -292,8 +292,7 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k)
 {
     const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
-    const int64_t whole = k / 1024;
-    for (int64_t s = 0; s < whole; s++) {
+    for (int64_t s = 0; s < k / 1024; s++) {
         const uint8_t *step = row + step_bytes * s;
         uint8_t *out = dst + step_bytes * s, u[4][256];
         k_lanes_codes(t, step, u);
@@ -304,7 +303,6 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
             k_file_bytes(t, u[b], out + bs * b);
         }
     }
-    memcpy(dst + step_bytes * whole, row + step_bytes * whole, (size_t)(k / 256 % 4) * bs);
 }
 
 /* The tensor type a rearranged layout holds (0 for the file's, which holds any). */
@@ -318,7 +316,7 @@ uint32_t lm_layout_type(int layout)
                                             : 0;
 }
 
-/* The bytes a layout rearranges at once: a row (the blocks past its whole steps stay). */
+/* The bytes a layout rearranges at once: a row. */
 size_t lm_layout_unit(int layout, int64_t k)
 {
     return lm_row_bytes(lm_layout_type(layout), k);

@@ -190,19 +190,19 @@ static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
  * the file's layout gives, for one token, a few and a batch (the lanes
  * kernels and the groups of 16), and again where the context's kernels do
  * not read the layout and unpack each row first (AVX-512 without VBMI,
- * AVX2, scalar).  K-quant rows of 5 and 22 super-blocks end on super-blocks
- * the layout leaves as they are.
+ * AVX2, scalar).  K-quant rows come in whole steps of 4 super-blocks, as
+ * the plan gives them the layout (test_klanes_plan).
  */
 START_TEST(test_matmul_lanes_layout)
 {
-    enum { ROWS = 32, NT = 40, KL = 5632 };
+    enum { ROWS = 32, NT = 40, KL = 5120 };
     static const struct { int layout, type, k; } cases[] = {
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 512},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 2048},
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 896},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 1568}, /* 12 and 1 blocks past the steps */
         {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 576},  {LM_LAYOUT_Q4_0_LANES, LM_Q4_0, 1184}, /* 2 and 5 past */
-        {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1280},
+        {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 1024}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 3072},
         {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, 2048}, {LM_LAYOUT_Q4_K_LANES, LM_Q4_K, KL},
-        {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1280},
+        {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 1024}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 3072},
         {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, 2048}, {LM_LAYOUT_Q6_K_LANES, LM_Q6_K, KL},
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 512},  {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 2048},
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 576},  {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 896}, /* 2 and 12 blocks past */
