@@ -166,6 +166,9 @@ int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r);
 /* qrow_klanes_avx2.c: one token through rearranged Q4_K rows, AVX2; 0: not this layout (nothing done) */
 int lm_rows_klanes_avx2(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                         float *out);
+/* qrow_k_avx2.c: super-blocks b0..b1-1 of a K-quant row as stored into acc and mins (lanes b % LM_K_LANES) */
+void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                      float *mins);
 /* A K-quant row as the AMX tiles take it (lm_rows16_put's bytes; also from the lanes layouts); 0 for other types */
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn);

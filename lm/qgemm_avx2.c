@@ -307,10 +307,11 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
     const uint32_t t = lanes ? LM_Q4_K : tag;
     const size_t bs = lm_type_size(t);
     const int g16 = t == LM_Q2_K || t == LM_Q3_K || t == LM_Q6_K, ng = g16 ? 16 : 8;
+    const int64_t whole = lanes ? k / 1024 * 4 : 0; /* super-blocks in the layout's steps */
     for (int64_t b = 0; b < k / 256; b++) {
         __m256i sc[2][8], pairs[8];
         /* the super-block's header (d, dmin, scales) in each row, and its step */
-        const size_t head = lanes ? LM_Q4_K_STEP_BYTES * (size_t)(b / 4) + 16 * (size_t)(b % 4) : (size_t)b * bs;
+        const size_t head = b < whole ? LM_Q4_K_STEP_BYTES * (size_t)(b / 4) + 16 * (size_t)(b % 4) : (size_t)b * bs;
         const uint8_t *step = row0 + LM_Q4_K_STEP_BYTES * (size_t)(b / 4);
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = row0 + r * rb + head;
@@ -343,7 +344,7 @@ AVX2 static INLINE void unpack_k(rows8 *w, uint32_t tag, const uint8_t *row0, si
                     v[r] = k_codes32(t, row0 + r * rb + b * bs, c);
                 put_lanes8(w->codes + (b * 64 + 8 * c) * 32, v);
             }
-        } else if (lanes) {
+        } else if (b < whole) {
             unpack_k4_lanes_codes(w->codes + b * 64 * 32, step, (int)(b % 4), rb);
         } else {
             unpack_k4_codes(w->codes + b * 64 * 32, t == LM_Q5_K, row0 + b * bs, rb);

@@ -2,7 +2,8 @@
  * lm/qrow_k_avx2.c - one token through K-quant rows (Q2_K to Q6_K) read as
  * the file stores them, on x86 CPUs with AVX2 but not AVX-512 (AVX-512
  * CPUs take them for Q2_K and Q3_K, which have no kernel of their own).
- * qdot_avx2.c's lm_rows_avx2 hands these types here.
+ * qdot_avx2.c's lm_rows_avx2 hands these types here; qrow_klanes_avx2.c
+ * takes a rearranged Q4_K row's last super-blocks here (lm_k_blocks_avx2).
  *
  * A 32-code chunk's products meet their group scales in one multiply-add
  * (its scales spread by one byte shuffle), a super-block's sums stay in
@@ -138,16 +139,18 @@ AVX2 static INLINE void k_block_one(uint32_t t, const uint8_t *row, size_t bs, i
 _Static_assert(LM_K_LANES == 4, "k_blocks_avx2 keeps the lanes in one 4-float vector");
 
 /*
- * lm_dot_k_avx2 on a row's nb super-blocks as stored, into the lanes acc
- * and mins (b % LM_K_LANES): lm_dot_k_scalar's float steps, four
- * super-blocks (one a lane) at a time.
+ * lm_dot_k_avx2 on a row's super-blocks as stored, into the lanes acc and
+ * mins (b % LM_K_LANES): lm_dot_k_scalar's float steps, four super-blocks
+ * (one a lane) at a time where b0..b1 has them in lane order.
  */
-AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t nb, const act_row *a,
-                                      float *acc, float *mins)
+AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t b0, int64_t b1,
+                                      const act_row *a, float *acc, float *mins)
 {
-    int64_t b = 0;
+    int64_t b = b0;
+    for (; b < b1 && b % LM_K_LANES; b++)
+        k_block_one(t, row, bs, b, a, acc, mins);
     __m128 acc4 = _mm_loadu_ps(acc), mins4 = _mm_loadu_ps(mins);
-    for (; b + LM_K_LANES <= nb; b += LM_K_LANES) {
+    for (; b + LM_K_LANES <= b1; b += LM_K_LANES) {
         __m256i s[LM_K_LANES], m[LM_K_LANES];
         for (int i = 0; i < LM_K_LANES; i++) {
             const uint8_t *blk = row + (size_t)(b + i) * bs;
@@ -163,15 +166,22 @@ AVX2 static INLINE void k_blocks_avx2(uint32_t t, const uint8_t *row, size_t bs,
         }
     }
     _mm_storeu_ps(acc, acc4), _mm_storeu_ps(mins, mins4);
-    for (; b < nb; b++)
+    for (; b < b1; b++)
         k_block_one(t, row, bs, b, a, acc, mins);
 }
 
 AVX2 static INLINE float row_k_avx2(uint32_t t, const uint8_t *row, size_t bs, int64_t k, const act_row *a)
 {
     float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
-    k_blocks_avx2(t, row, bs, k / 256, a, acc, mins);
+    k_blocks_avx2(t, row, bs, 0, k / 256, a, acc, mins);
     return lm_k_total(acc, mins);
+}
+
+/* Super-blocks b0..b1-1 of a K-quant row as stored, into the lanes acc and mins (b % LM_K_LANES). */
+AVX2 void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                           float *mins)
+{
+    k_blocks_avx2(t, row, lm_type_size(t), b0, b1, a, acc, mins);
 }
 
 ROWS_AVX2(rows_q2_k_avx2, row_k_avx2, LM_Q2_K, 84)
@@ -202,4 +212,10 @@ int lm_rows_k_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)out;
     return 0;
 }
+void lm_k_blocks_avx2(uint32_t t, const uint8_t *row, int64_t b0, int64_t b1, const act_row *a, float *acc,
+                      float *mins)
+{
+    (void)t, (void)row, (void)b0, (void)b1, (void)a, (void)acc, (void)mins;
+}
+
 #endif

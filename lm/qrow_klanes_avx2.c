@@ -102,13 +102,25 @@ AVX2 static INLINE __m256 q4_k_step_avx2(const uint8_t *st, const act_row *a, in
 #undef LANE_SCALES
 #undef EACH_LANE
 
-/* One token through a rearranged Q4_K row, step by step. */
+/*
+ * One token through a rearranged Q4_K row: its whole steps, then the
+ * super-blocks left as the file has them (on AVX2 only, rows may end past
+ * their steps: repack.c's layout_for).
+ */
 AVX2 static INLINE float row_q4_k_lanes(const uint8_t *row, int64_t k, const act_row *a)
 {
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t s = 0; s < k / 1024; s++)
+    const int64_t steps = k / 1024, nb = k / 256;
+    for (int64_t s = 0; s < steps; s++)
         acc = q4_k_step_avx2(row + LM_Q4_K_STEP_BYTES * s, a, s, acc);
-    return k_lanes_total(acc);
+    if (4 * steps == nb)
+        return k_lanes_total(acc);
+    float lanes[8], sums[LM_K_LANES], mins[LM_K_LANES];
+    _mm256_storeu_ps(lanes, acc);
+    for (int b = 0; b < LM_K_LANES; b++)
+        sums[b] = lanes[2 * b], mins[b] = lanes[2 * b + 1];
+    lm_k_blocks_avx2(LM_Q4_K, row, 4 * steps, nb, a, sums, mins);
+    return lm_k_total(sums, mins);
 }
 
 /*

@@ -60,8 +60,9 @@
  * super-blocks meet their scales in a few multiplies (Zen 4, one thread,
  * 2048 columns from L2: Q4_K 14.9 -> 7.8 ticks a super-block, Q6_K 20.2
  * -> 15.4 through lm_matmul).  A step keeps its 4 super-blocks' bytes
- * (k_to_lanes below has the places); only rows of whole steps take the
- * layout (layout_for).  Only where the kernels that read them run (AVX-512
+ * (k_to_lanes below has the places); a row's last k/256 mod 4
+ * super-blocks stay as they are, and only where AVX2 is the widest may a
+ * row end so (layout_for).  Only where the kernels that read them run (AVX-512
  * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
  * their order, qrow_k.c; and Q4_K where AVX2 is the widest,
  * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c).  On the
@@ -267,7 +268,7 @@ static void k_lanes_codes(uint32_t t, const uint8_t *step, uint8_t u[4][256])
                 }
 }
 
-/* A K-quant row of k columns (a multiple of 1024) into its lanes layout, in place. */
+/* A K-quant row of k columns into its lanes layout, in place (the super-blocks past whole steps stay). */
 static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 {
     const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
@@ -292,7 +293,8 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
 static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k)
 {
     const size_t bs = lm_type_size(t), step_bytes = 4 * bs;
-    for (int64_t s = 0; s < k / 1024; s++) {
+    const int64_t whole = k / 1024;
+    for (int64_t s = 0; s < whole; s++) {
         const uint8_t *step = row + step_bytes * s;
         uint8_t *out = dst + step_bytes * s, u[4][256];
         k_lanes_codes(t, step, u);
@@ -303,6 +305,7 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
             k_file_bytes(t, u[b], out + bs * b);
         }
     }
+    memcpy(dst + step_bytes * whole, row + step_bytes * whole, (size_t)(k / 256 % 4) * bs);
 }
 
 /* The tensor type a rearranged layout holds (0 for the file's, which holds any). */
@@ -402,11 +405,12 @@ int lm_q5_0_lanes_native(void)
  * The layout tensor t takes where the kernels read both natively: Q4_0
  * matrices of a step a row at least, in rows that come 16 at a time, Q5_0
  * matrices of a step a row at least, Q4_K and Q6_K ones of whole steps
- * (4 super-blocks) only; the embeddings only where
+ * (4 super-blocks; where AVX2 is the widest, k_tails, Q4_K ones whose
+ * whole steps hold three quarters of a row at least); the embeddings only where
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
-static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5_0, int tied)
+static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5_0, int k_tails, int tied)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
@@ -422,13 +426,18 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * lm_b32_block_bytes(t->type)))
         return t->type == LM_Q5_1 ? LM_LAYOUT_Q5_1_LANES : LM_LAYOUT_Q5_0_LANES;
     const int k_quant = (q4_k && t->type == LM_Q4_K) || (q6_k && t->type == LM_Q6_K);
-    /* rows of whole steps only: those ending past them (gemma2's 2304, tinyllama's ffn_down 5632,
-       qwen2.5's 4864 and 8960) ran faster or level as the file has them, their last super-blocks
-       having taken a kernel of their own with a quarter to half of its lanes in use (Zen 5,
-       `kvchat bench -p 16,64 -n 32 -r 2`, three alternations: gemma2-2b Q4_K_M pp16 60.6-64.2 ->
-       70.5-71.3, tinyllama Q4_K_M pp16 176-181 -> 184-191, pp64 and tg32 3-5% ahead, qwen2.5's
-       level) */
-    if (k_quant && t->ne[0] % 1024 == 0 && t->ne[0] > 0 &&
+    /* With GFNI, rows of whole steps only: those ending past them (gemma2's 2304, tinyllama's
+       ffn_down 5632, qwen2.5's 4864 and 8960) ran faster or level as the file has them, their
+       last super-blocks having taken a kernel of their own with a quarter to half of its lanes
+       in use (Zen 5, `kvchat bench -p 16,64 -n 32 -r 2`, three alternations: gemma2-2b Q4_K_M
+       pp16 60.6-64.2 -> 70.5-71.3, tinyllama Q4_K_M pp16 176-181 -> 184-191, pp64 and tg32 3-5%
+       ahead, qwen2.5's level).  Where AVX2 is the widest (k_tails), the file's Q4_K kernel is
+       bound by its multiplies (Zen 1: tinyllama Q4_K_M generating at 51% of the machine's reads,
+       79-81% in the layout), so there rows take the layout where whole steps hold three
+       quarters of them at least, their last super-blocks through lm_k_blocks_avx2 (smollm2's
+       ffn_down, a step and half of one more, stays as the file has it). */
+    const int steps_fit = t->ne[0] % 1024 == 0 || (k_tails && 4 * (t->ne[0] % 1024) <= t->ne[0]);
+    if (k_quant && steps_fit && t->ne[0] % 256 == 0 && t->ne[0] >= 1024 &&
         t->nbytes == rows * (uint64_t)lm_row_bytes(t->type, t->ne[0]))
         return t->type == LM_Q4_K ? LM_LAYOUT_Q4_K_LANES : LM_LAYOUT_Q6_K_LANES;
     return LM_LAYOUT_FILE;
@@ -478,13 +487,14 @@ int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
     const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
     const int q6_k = lm_klanes_layout_native(LM_Q6_K), q5_0 = lm_q5_0_lanes_native();
+    const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
     int tied = 1; /* no output matrix: the embeddings serve as one */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         tied = tied && strcmp(g->tensors[i].name, "output.weight") != 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         const int inside = t->offset <= size && t->nbytes <= size - t->offset;
-        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, q5_0, tied) : LM_LAYOUT_FILE);
+        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, q5_0, k_tails, tied) : LM_LAYOUT_FILE);
     }
     return q4_0 || q4_k || q6_k || q5_0 ? keep_alone(g, layout) : 0;
 }

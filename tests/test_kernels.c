@@ -463,6 +463,15 @@ static void check_fast_paths(uint32_t ty, int k, int isa, const uint8_t *row, ui
         for (int t = 0; t < 8 && lm_rows_avx2(ty, row, rb, 1, k, &ar[t], &got[t]); t++)
             ck_assert_msg(!memcmp(&got[t], &want[t], 4), "%s k=%d token %d: AVX2 row %a vs scalar %a",
                           lm_type_name(ty), k, t, got[t], want[t]);
+        for (int64_t split = 1; lm_type_block(ty) == 256 && split < k / 256 && split < 4; split++) {
+            /* a K-quant row's super-blocks in two calls, the second from a lane past 0: the same lanes */
+            float acc[LM_K_LANES] = {0}, mins[LM_K_LANES] = {0};
+            lm_k_blocks_avx2(ty, row, 0, split, &ar[0], acc, mins);
+            lm_k_blocks_avx2(ty, row, split, k / 256, &ar[0], acc, mins);
+            const float f = lm_k_total(acc, mins);
+            ck_assert_msg(!memcmp(&f, &want[0], 4), "%s k=%d split at %d: AVX2 blocks %a vs scalar %a",
+                          lm_type_name(ty), k, (int)split, f, want[0]);
+        }
         return;
     }
     if (isa < LM_ISA_AVX512)
