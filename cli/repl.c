@@ -29,6 +29,36 @@ static void on_sigint(int sig)
 
 /* ---------------------------------------------------------------- output */
 
+/*
+ * SIGINT held while stdout is written.  It has no SA_RESTART (so that
+ * Ctrl-C interrupts a blocked read), so a Ctrl-C arriving during a write
+ * to a terminal failed that write with EINTR; stdio then dropped the rest
+ * and marked stdout failed, and the program left ("stdout: write error")
+ * where it should have stopped the reply.  Held, the signal arrives right
+ * after the write, between tokens as before.
+ */
+static sigset_t hold_sigint(void)
+{
+    sigset_t int_only, old;
+    sigemptyset(&int_only);
+    sigaddset(&int_only, SIGINT);
+    sigprocmask(SIG_BLOCK, &int_only, &old);
+    return old;
+}
+
+static void release_sigint(const sigset_t *old)
+{
+    sigprocmask(SIG_SETMASK, old, NULL);
+}
+
+/* stdout's buffer written out, SIGINT held. */
+static void flush_out(void)
+{
+    const sigset_t old = hold_sigint();
+    fflush(stdout);
+    release_sigint(&old);
+}
+
 /* Writes s as a JSON string body (RFC 8259); invalid UTF-8 becomes U+FFFD. */
 static void json_string(FILE *f, const char *s, size_t n)
 {
@@ -66,6 +96,7 @@ static void json_string(FILE *f, const char *s, size_t n)
 
 void session_output(session *s, const char *command, const char *text)
 {
+    const sigset_t old = hold_sigint();
     if (s->json) {
         printf("{\"type\":\"output\",\"command\":");
         json_string(stdout, command, strlen(command));
@@ -79,15 +110,18 @@ void session_output(session *s, const char *command, const char *text)
             fputc('\n', stdout);
     }
     fflush(stdout);
+    release_sigint(&old);
 }
 
 static void session_error(session *s, const char *msg)
 {
     if (s->json) {
+        const sigset_t old = hold_sigint();
         printf("{\"type\":\"error\",\"line\":%d,\"message\":", s->line_no);
         json_string(stdout, msg, strlen(msg));
         printf("}\n");
         fflush(stdout);
+        release_sigint(&old);
     }
     if (s->script)
         fprintf(stderr, "%s:%d: %s\n", s->source, s->line_no, msg);
@@ -112,8 +146,10 @@ static void sink_write(void *ud, const char *p, size_t n)
         return;
     g->last_nl = p[n - 1] == '\n';
     if (!g->s->json) {
+        const sigset_t old = hold_sigint();
         fwrite(p, 1, n, stdout);
         fflush(stdout);
+        release_sigint(&old);
         return;
     }
     if (g->n + n > g->cap) {
@@ -139,6 +175,7 @@ static void finish_reply(session *s, gather *g)
 {
     chat *c = s->chat;
     const turn_stats *t = &c->last;
+    const sigset_t old = hold_sigint();
     if (s->json) {
         printf("{\"type\":\"reply\",\"turn\":%d,\"content\":", c->turns);
         json_string(stdout, g->buf ? g->buf : "", g->n);
@@ -151,6 +188,7 @@ static void finish_reply(session *s, gather *g)
             fputs("\033[0m", stdout);
     }
     fflush(stdout);
+    release_sigint(&old);
     if (c->show_stats)
         print_stats(c);
 }
@@ -177,7 +215,7 @@ int session_turn(session *s, const char *text, size_t len, char *err, size_t n)
     if (chat_reply(c, &sink, &e)) {
         chat_drop_from(c, c->n_msgs - 1); /* the turn did not happen */
         if (s->color && !s->json)
-            fputs("\033[0m", stdout), fflush(stdout);
+            fputs("\033[0m", stdout), flush_out();
         snprintf(err, n, "%s", interrupted ? "interrupted" : e.msg);
         interrupted = 0;
         return -1;
@@ -189,7 +227,7 @@ int session_turn(session *s, const char *text, size_t len, char *err, size_t n)
     finish_reply(s, &g);
     free(g.buf);
     if (s->more && !cut) {
-        fflush(stdout);
+        flush_out();
         chat_prepare_next(c);
         interrupted = 0; /* Ctrl-C during it only stops it */
     }
