@@ -376,11 +376,17 @@ START_TEST(test_interrupt_then_replay)
 }
 END_TEST
 
-/* Under a terminal: Ctrl-C stops the reply, the program stays, Ctrl-D leaves. */
-START_TEST(test_terminal_ctrl_c)
+/*
+ * Under a terminal: Ctrl-C stops the reply, the program stays, Ctrl-D
+ * leaves.  With stop_first, Ctrl-S has stopped the terminal's output first,
+ * so the reply's next write waits when the signal comes: that write failed
+ * with EINTR (SIGINT has no SA_RESTART), and stdout's error then ended the
+ * program ("stdout: write error") instead of the reply.
+ */
+static void terminal_ctrl_c(const char *name, int stop_first)
 {
-    char *m = model_with_vocab("vocab/ggml-vocab-qwen2.gguf", "qt.gguf");
-    char *dir = tmp_path("state");
+    char *m = model_with_vocab("vocab/ggml-vocab-qwen2.gguf", name);
+    char *dir = tmp_path(stop_first ? "state_stopped" : "state");
     setenv("XDG_STATE_HOME", dir, 1);
     char *argv[] = {(char *)kvchat_bin(), "-m", m, "--temp", "0", "-n", "3000", "-c", "4096", NULL};
     child c;
@@ -389,9 +395,14 @@ START_TEST(test_terminal_ctrl_c)
     size_t len;
     ck_assert_msg(child_read_until(&c, &buf, &len, "> ", 20000), "no prompt: %s", buf);
     child_write(&c, "Hello\r");
-    usleep(800 * 1000);
-    child_write(&c, "\x03");
-    ck_assert_msg(child_read_until(&c, &buf, &len, "[interrupted]", 20000), "not stopped: %.300s", buf);
+    usleep(stop_first ? 500 * 1000 : 800 * 1000);
+    if (stop_first) {
+        child_write(&c, "\x13"); /* Ctrl-S: the terminal's output stops, the next write waits */
+        usleep(500 * 1000);
+    }
+    child_write(&c, "\x03"); /* (after a Ctrl-S, the terminal's output goes on after the signal) */
+    ck_assert_msg(child_read_until(&c, &buf, &len, "[interrupted]", 20000), "not stopped: %.300s",
+                  buf + (len > 300 ? len - 300 : 0));
     child_write(&c, "/pos\r");
     ck_assert_msg(child_read_until(&c, &buf, &len, "messages=2", 20000), "no answer to /pos; the output ends: %s",
                   buf + (len > 400 ? len - 400 : 0));
@@ -402,41 +413,16 @@ START_TEST(test_terminal_ctrl_c)
     unlink(m);
     free(m);
 }
+
+START_TEST(test_terminal_ctrl_c)
+{
+    terminal_ctrl_c("qt.gguf", 0);
+}
 END_TEST
 
-/*
- * Ctrl-C while the reply's write waits on a stopped terminal (Ctrl-S): the
- * signal came during the write, which failed with EINTR (SIGINT has no
- * SA_RESTART), and stdout's error then ended the program ("stdout: write
- * error"); the reply must stop instead and the program stay.
- */
 START_TEST(test_terminal_ctrl_c_in_write)
 {
-    char *m = model_with_vocab("vocab/ggml-vocab-qwen2.gguf", "qw.gguf");
-    char *dir = tmp_path("state_w");
-    setenv("XDG_STATE_HOME", dir, 1);
-    char *argv[] = {(char *)kvchat_bin(), "-m", m, "--temp", "0", "-n", "3000", "-c", "4096", NULL};
-    child c;
-    ck_assert(child_spawn(&c, argv, 1) == 0);
-    char *buf = NULL;
-    size_t len;
-    ck_assert_msg(child_read_until(&c, &buf, &len, "> ", 20000), "no prompt: %s", buf);
-    child_write(&c, "Hello\r");
-    usleep(500 * 1000);
-    child_write(&c, "\x13"); /* Ctrl-S: the terminal's output stops, the next write waits */
-    usleep(500 * 1000);
-    child_write(&c, "\x03"); /* the signal, then the terminal's output goes on */
-    ck_assert_msg(child_read_until(&c, &buf, &len, "[interrupted]", 20000), "not stopped: %.300s",
-                  buf + (len > 300 ? len - 300 : 0));
-    child_write(&c, "/pos\r");
-    ck_assert_msg(child_read_until(&c, &buf, &len, "messages=2", 20000), "no answer to /pos; the output ends: %s",
-                  buf + (len > 400 ? len - 400 : 0));
-    usleep(300 * 1000);
-    child_write(&c, "\x04");
-    ck_assert_int_eq(child_wait(&c), 0);
-    free(buf), free(dir);
-    unlink(m);
-    free(m);
+    terminal_ctrl_c("qw.gguf", 1);
 }
 END_TEST
 
