@@ -383,6 +383,8 @@ static int run_loop(session *s, input *in)
     s->more = 1;
     for (char *line; (line = next_line(s, in, 0));) {
         err[0] = 0;
+        if (!in->f) /* readline writes the prompt without SIGINT held (hold_sigint): only ours count */
+            clearerr(stdout);
         int rc = handle_line(s, in, line, err, sizeof err);
         if (rc > 0)
             break;
