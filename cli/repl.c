@@ -300,6 +300,7 @@ static char *next_line(session *s, input *in, int continuation)
         free(in->line);
         const char *prompt = continuation ? "... " : s->color ? "\001\033[32m\002> \001\033[0m\002" : "> ";
         in->line = readline(prompt);
+        clearerr(stdout); /* its prompt is written without SIGINT held (hold_sigint): only our writes count */
         if (in->line && *in->line && !continuation)
             add_history(in->line);
         return in->line;
@@ -383,8 +384,6 @@ static int run_loop(session *s, input *in)
     s->more = 1;
     for (char *line; (line = next_line(s, in, 0));) {
         err[0] = 0;
-        if (!in->f) /* readline writes the prompt without SIGINT held (hold_sigint): only ours count */
-            clearerr(stdout);
         int rc = handle_line(s, in, line, err, sizeof err);
         if (rc > 0)
             break;
