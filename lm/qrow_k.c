@@ -656,7 +656,6 @@ int LM_ROWS_K(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
 
 #ifdef QROW_K_GFNI
 int lm_cpu_gfni(void) { return 0; }
-
 #else
 int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi, float *d, float *m,
                     int16_t *mn)
