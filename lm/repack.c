@@ -486,7 +486,12 @@ static int keep_alone(const gguf_file *g, uint8_t *ok)
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
     const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
-    const int q6_k = lm_klanes_layout_native(LM_Q6_K), q5_0 = lm_q5_0_lanes_native();
+    /* Q6_K only with AMX, where the layout was measured to pay: from memory the file's GFNI kernel
+       reads faster on the Zen 5 (tinyllama Q6_K generating 46-50 -> 56-57 t/s, one thread 28 ->
+       32, prompts of 6-512 tokens 3-15% ahead; llama3.2-1b Q4_K_M, its Q6_K output matrix 215 MB,
+       51-54 -> 59 t/s) and level on the Zen 4 (Q6_K 5632: 35.4 against 34.6 GB/s); the layout's
+       lead from L2 (Zen 4: 15.4 against 20.2 ticks a super-block) does not reach a model's token */
+    const int q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx(), q5_0 = lm_q5_0_lanes_native();
     const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
     int tied = 1; /* no output matrix: the embeddings serve as one */
     for (uint64_t i = 0; i < g->n_tensors; i++)
