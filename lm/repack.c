@@ -65,7 +65,8 @@
  * row end so (layout_for).  Only where the kernels that read them run (AVX-512
  * with VBMI and GFNI; AMX's tiles take a step's codes transposed back to
  * their order, qrow_k.c; and Q4_K where AVX2 is the widest,
- * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c).  On the
+ * qrow_klanes_avx2.c, whose batches unpack it in qgemm_avx2.c); Q6_K only
+ * where the CPU has AMX (lm_lanes_plan says why).  On the
  * Xeon with AMX (2026-11-25, two threads) tinyllama Q4_K_M generates
  * 40.1-40.9 -> 46.3-46.5 t/s, and pays for it in short prompts, where the
  * few-token kernels here are slower than the file's on that core: 6
@@ -404,8 +405,8 @@ int lm_q5_0_lanes_native(void)
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
  * matrices of a step a row at least, in rows that come 16 at a time, Q5_0
- * matrices of a step a row at least, Q4_K and Q6_K ones of whole steps
- * (4 super-blocks; where AVX2 is the widest, k_tails, Q4_K ones whose
+ * matrices of a step a row at least, Q4_K ones (and Q6_K ones where the
+ * CPU has AMX) of whole steps (4 super-blocks; where AVX2 is the widest, k_tails, Q4_K ones whose
  * whole steps hold three quarters of a row at least); the embeddings only where
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
@@ -488,8 +489,8 @@ int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
     const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
     /* Q6_K only with AMX, where the layout was measured to pay: from memory the file's GFNI kernel
        reads faster on the Zen 5 (tinyllama Q6_K generating 46-50 -> 56-57 t/s, one thread 28 ->
-       32, prompts of 6-512 tokens 3-15% ahead; llama3.2-1b Q4_K_M, its Q6_K output matrix 215 MB,
-       51-54 -> 59 t/s) and level on the Zen 4 (Q6_K 5632: 35.4 against 34.6 GB/s); the layout's
+       32, prompts of 6-512 tokens 1-15% ahead; llama3.2-1b Q4_K_M, its Q6_K output matrix 215 MB,
+       51-54 -> 58-62 t/s) and level on the Zen 4 (Q6_K 5632: 35.4 against 34.6 GB/s); the layout's
        lead from L2 (Zen 4: 15.4 against 20.2 ticks a super-block) does not reach a model's token */
     const int q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx(), q5_0 = lm_q5_0_lanes_native();
     const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
