@@ -31,6 +31,10 @@
 
 #define KLANES_TOKENS 2 /* tokens a pass: with 3 or 4, Q4_K's constants spilled */
 
+/* Each of the pass's n tokens, the loop unrolled: left to GCC, a pair's sums went through the stack (ROWS_KLANES) */
+#define EACH_TOKEN(j) _Pragma("GCC unroll 2") for (int j = 0; j < n; j++)
+_Static_assert(KLANES_TOKENS == 2, "EACH_TOKEN unrolls KLANES_TOKENS times");
+
 /*
  * The token's codes in the order of rearranged rows, in qw, and what each
  * lane adds to its sums, in ncw (k/4 bytes a row at most).  Q4_K: per
@@ -137,16 +141,14 @@ KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int6
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i x = load_ahead(st, n, a->ahead), s8 = six_bit_scales(x);
     __m512i A[KLANES_TOKENS][4]; /* low nibbles' codes 0-15 of each group, high's, low's 16-31, high's */
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++)
+    EACH_TOKEN(j)
         A[j][0] = A[j][1] = A[j][2] = A[j][3] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8")
     for (int c = 0; c < 8; c++) {
         const __m512i w = load_ahead(st + 64 + 64 * c, n, a->ahead);
         const __m512i lo = _mm512_and_si512(w, m4), hi = high_nibbles(w);
         const int z = 2 * (c / 4);
-        _Pragma("GCC unroll 2")
-        for (int j = 0; j < n; j++) {
+        EACH_TOKEN(j) {
             const int8_t *q = a[j].qw + 1024 * s + 128 * c;
             A[j][z] = _mm512_dpbusd_epi32(A[j][z], lo, _mm512_loadu_si512(q));
             A[j][z + 1] = _mm512_dpbusd_epi32(A[j][z + 1], hi, _mm512_loadu_si512(q + 64));
@@ -160,8 +162,7 @@ KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int6
     const __m512i dd_idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                             25, 25, 24, 24, 17, 17, 16, 16, 9, 9, 8, 8, 1, 1, 0, 0);
     const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dd_idx, x)));
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++) {
+    EACH_TOKEN(j) {
         __m512i T = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][0], S0);
         __m512i U = _mm512_dpwssd_epi32(_mm512_setzero_si512(), A[j][1], S1);
         T = _mm512_add_epi32(_mm512_dpwssd_epi32(T, A[j][2], S0), _mm512_dpwssd_epi32(U, A[j][3], S1));
@@ -189,8 +190,7 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512i A[KLANES_TOKENS][4]; /* set s: groups 4s..4s+3 of each super-block */
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++)
+    EACH_TOKEN(j)
         _Pragma("GCC unroll 4")
         for (int set = 0; set < 4; set++)
             A[j][set] = _mm512_loadu_si512(a[j].ncw + 64 * s + 16 * set);
@@ -203,8 +203,7 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
             const __m512i w = load_ahead(st + 64 * (4 * h + sl), n, a->ahead);
             const __m512i v0 = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), top[2 * h], m30, 0xf8);
             const __m512i v1 = _mm512_ternarylogic_epi32(high_nibbles(w), top[2 * h + 1], m30, 0xf8);
-            _Pragma("GCC unroll 2")
-            for (int j = 0; j < n; j++) {
+            EACH_TOKEN(j) {
                 const int8_t *q = a[j].qw + 1024 * s + 256 * sl + 128 * h;
                 A[j][2 * h] = _mm512_dpbusd_epi32(A[j][2 * h], v0, _mm512_loadu_si512(q));
                 A[j][2 * h + 1] = _mm512_dpbusd_epi32(A[j][2 * h + 1], v1, _mm512_loadu_si512(q + 64));
@@ -232,8 +231,7 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
         SC[set] = _mm512_srai_epi32(lane_shuffle(sc, _mm_setr_epi8(-1, -1, -1, g0, -1, -1, -1, (char)(g0 + 1), -1, -1, -1,
                                                                     (char)(g0 + 2), -1, -1, -1, (char)(g0 + 3))), 24);
     }
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++) {
+    EACH_TOKEN(j) {
         __m512i T = _mm512_add_epi32(_mm512_mullo_epi32(A[j][0], SC[0]), _mm512_mullo_epi32(A[j][1], SC[1]));
         T = _mm512_add_epi32(T, _mm512_add_epi32(_mm512_mullo_epi32(A[j][2], SC[2]), _mm512_mullo_epi32(A[j][3], SC[3])));
         T = _mm512_add_epi32(T, _mm512_shuffle_epi32(T, 0x4e));
@@ -250,8 +248,7 @@ KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, co
     const int q6 = tag == LM_Q6_K_LANES;
     const size_t step = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
     __m512 acc[KLANES_TOKENS];
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++)
+    EACH_TOKEN(j)
         acc[j] = _mm512_setzero_ps();
     for (int64_t s = 0; s < k / 1024; s++) {
         if (q6)
@@ -261,8 +258,7 @@ KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, co
     }
     /* row_k's order: the sums and mins of super-blocks b mod 4 in lanes 2b, 2b + 1 */
     const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-    _Pragma("GCC unroll 2")
-    for (int j = 0; j < n; j++)
+    EACH_TOKEN(j)
         out[(size_t)j * ldo] = k_lanes_total(_mm512_castps512_ps256(_mm512_permutexvar_ps(pick, acc[j])));
 }
 
@@ -271,7 +267,7 @@ KL static INLINE void row_klanes(uint32_t tag, const uint8_t *row, int64_t k, co
  * the accumulators stay in registers (Q4_K, one thread, 2048 columns from
  * L2: 9.4-10.2 ticks a super-block and token in pairs, 14-15 three or four
  * at a time, 9.7-11.3 for the file's layout).  Every loop over the tokens
- * above is unrolled by pragma: left to GCC, a pair's accumulators went
+ * above is unrolled (EACH_TOKEN): left to GCC, a pair's accumulators went
  * through the stack at every step (Zen 5, two threads, tinyllama Q4_K_M
  * prompts of 6 tokens 159-174 -> 219 t/s, 14 tokens 172-190 -> 229-230;
  * one token's code changes only in its registers, and generates level).
