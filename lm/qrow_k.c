@@ -549,8 +549,8 @@ KQ static INLINE void q6_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
     for (int s = 0; s < 4; s++) {
         __m512i v[4], r[4], out[4];
         for (int j = 0; j < 4; j++) {
-            const __m512i low = _mm512_loadu_si512(st + 64 * (4 * (s / 2) + j));
-            const __m512i top = _mm512_loadu_si512(st + 512 + 64 * j);
+            const __m512i low = _mm512_loadu_si512(st + lm_q6_k_lanes_low(j, s / 2));
+            const __m512i top = _mm512_loadu_si512(st + lm_q6_k_lanes_top(j));
             const __m512i l4 = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(low, 4) : low, m4);
             const __m512i t2 = _mm512_and_si512(_mm512_srli_epi16(top, 2 * s), m2);
             v[j] = _mm512_or_si512(l4, _mm512_slli_epi16(t2, 4));

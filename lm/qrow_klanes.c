@@ -196,11 +196,11 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
             A[j][set] = _mm512_loadu_si512(a[j].ncw + 64 * s + 16 * set);
     _Pragma("GCC unroll 4")
     for (int sl = 0; sl < 4; sl++) {
-        const __m512i qh = load_ahead(st + 512 + 64 * sl, n, a->ahead);
+        const __m512i qh = load_ahead(st + lm_q6_k_lanes_top(sl), n, a->ahead);
         const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
-            const __m512i w = load_ahead(st + 64 * (4 * h + sl), n, a->ahead);
+            const __m512i w = load_ahead(st + lm_q6_k_lanes_low(sl, h), n, a->ahead);
             const __m512i v0 = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), top[2 * h], m30, 0xf8);
             const __m512i v1 = _mm512_ternarylogic_epi32(high_nibbles(w), top[2 * h + 1], m30, 0xf8);
             EACH_TOKEN(j) {
@@ -328,16 +328,19 @@ KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, __m512i c[4])
 
 /*
  * The same for Q6_K: set s's codes (groups 4s..4s+3) in slice j come from
- * chunk 4(s / 2) + j (nibble s % 2) and top bits 2s of qh chunk j, 16
- * bytes at 16b of each; a dword transpose puts each group's slices in
- * order.  Codes unsigned (code + 32), as lm_qrow_decode leaves them.
+ * nibble s % 2 of lm_q6_k_lanes_low(j, s / 2) and top bits 2s of
+ * lm_q6_k_lanes_top(j), 16 bytes at 16b of each; a dword transpose puts
+ * each group's slices in order.  Codes unsigned (code + 32), as
+ * lm_qrow_decode leaves them.
  */
 KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, __m512i c[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i ql[2] = {quad_bytes(step, 64, 16 * (size_t)b, 4), quad_bytes(step + 256, 64, 16 * (size_t)b, 4)};
-    const __m512i qh = quad_bytes(step + 512, 64, 16 * (size_t)b, 4);
+    const size_t slices = lm_q6_k_lanes_top(1), at = 16 * (size_t)b; /* bytes from one slice to the next */
+    const __m512i ql[2] = {quad_bytes(step + lm_q6_k_lanes_low(0, 0), slices, at, 4),
+                           quad_bytes(step + lm_q6_k_lanes_low(0, 1), slices, at, 4)};
+    const __m512i qh = quad_bytes(step + lm_q6_k_lanes_top(0), slices, at, 4);
     const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
     for (int set = 0; set < 4; set++) {
         const __m512i low = set % 2 ? high_nibbles(ql[set / 2]) : _mm512_and_si512(ql[set / 2], m4);

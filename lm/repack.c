@@ -194,10 +194,10 @@ static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, uint32_t 
  * 64 + 64c, code 4c + i of group g (low nibble) and g + 4 (high) of
  * super-block b at byte 4(4b + g) + i; super-block b's 16 bytes of d, dmin
  * and scales at 16b.  Q6_K (step 840): set s (groups 4s..4s+3), slice j
- * (codes 4j..4j+3 of each group of 16): the low four bits in chunk
- * 4(s / 2) + j (nibble s % 2) at 64(4(s / 2) + j), the top two in bits
- * 2s..2s+1 of chunk j at 512 + 64j, byte 4(4b + g) + i each; super-block
- * b's 16 scales and d at 768 + 18b.
+ * (codes 4j..4j+3 of each group of 16): the low four bits in nibble s % 2
+ * of lm_q6_k_lanes_low(j, s / 2), the top two in bits 2s..2s+1 of
+ * lm_q6_k_lanes_top(j), byte 4(4b + g) + i each; super-block b's 16 scales
+ * and d at 768 + 18b.
  */
 /* A super-block's codes u (lm_k_codes') back into its code bytes as the file has them (its scales untouched). */
 static void k_file_bytes(uint32_t t, const uint8_t *u, uint8_t *blk)
@@ -235,9 +235,9 @@ static void k_lanes_bytes(uint32_t t, uint8_t u[4][256], uint8_t *step)
                 for (int i = 0; i < 4; i++) {
                     const int lane = 4 * (4 * b + g) + i;
                     const uint8_t *q = u[b] + 16 * g + 4 * j + i;
-                    step[64 * j + lane] = (uint8_t)((q[0] & 15) | (q[64] & 15) << 4);
-                    step[64 * (4 + j) + lane] = (uint8_t)((q[128] & 15) | (q[192] & 15) << 4);
-                    step[512 + 64 * j + lane] =
+                    step[lm_q6_k_lanes_low(j, 0) + lane] = (uint8_t)((q[0] & 15) | (q[64] & 15) << 4);
+                    step[lm_q6_k_lanes_low(j, 1) + lane] = (uint8_t)((q[128] & 15) | (q[192] & 15) << 4);
+                    step[lm_q6_k_lanes_top(j) + lane] =
                         (uint8_t)(q[0] >> 4 | (q[64] >> 4) << 2 | (q[128] >> 4) << 4 | (q[192] >> 4) << 6);
                 }
 }
@@ -260,7 +260,8 @@ static void k_lanes_codes(uint32_t t, const uint8_t *step, uint8_t u[4][256])
             for (int g = 0; g < 4; g++)
                 for (int i = 0; i < 4; i++) {
                     const int lane = 4 * (4 * b + g) + i;
-                    const uint8_t lo = step[64 * j + lane], hi = step[64 * (4 + j) + lane], top = step[512 + 64 * j + lane];
+                    const uint8_t lo = step[lm_q6_k_lanes_low(j, 0) + lane], hi = step[lm_q6_k_lanes_low(j, 1) + lane];
+                    const uint8_t top = step[lm_q6_k_lanes_top(j) + lane];
                     uint8_t *q = u[b] + 16 * g + 4 * j + i;
                     q[0] = (uint8_t)((lo & 15) | (top & 3) << 4);
                     q[64] = (uint8_t)((lo >> 4) | (top >> 2 & 3) << 4);
@@ -491,7 +492,10 @@ int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
        reads faster on the Zen 5 (tinyllama Q6_K generating 46-50 -> 56-57 t/s, one thread 28 ->
        32, prompts of 6-512 tokens 1-15% ahead; llama3.2-1b Q4_K_M, its Q6_K output matrix 215 MB,
        51-54 -> 58-62 t/s) and level on the Zen 4 (Q6_K 5632: 35.4 against 34.6 GB/s); the layout's
-       lead from L2 (Zen 4: 15.4 against 20.2 ticks a super-block) does not reach a model's token */
+       lead from L2 (Zen 4: 15.4 against 20.2 ticks a super-block) does not reach a model's token.
+       With its slices in address order (lm_q6_k_lanes_top), tinyllama Q6_K on the Zen 5 still
+       generates faster as the file has it (60.0-64.1 against 55.8-58.0 t/s, four rounds), though
+       its 16-token prompts run slower so (165-180 against 198-205) */
     const int q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx(), q5_0 = lm_q5_0_lanes_native();
     const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
     int tied = 1; /* no output matrix: the embeddings serve as one */
