@@ -381,6 +381,14 @@ static inline size_t lm_k_m_at(uint32_t t)
     return t == LM_Q2_K ? 82 : t == LM_Q4_K || t == LM_Q5_K ? 2 : 0;
 }
 
+/* The 16-bit word at p (any alignment), little-endian as the files store it. */
+static inline int lm_u16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
 {
