@@ -90,6 +90,44 @@ START_TEST(test_matmul_paths_bitwise)
 END_TEST
 
 /*
+ * F32, F16 and BF16 rows through several tokens go four rows and six
+ * tokens a tile (lm/qrow_f.c): rows whose width leaves 1-15 values past
+ * the tile's steps of 16, matrices whose rows leave 1-3 past the tiles,
+ * and every count of tokens past whole tiles, bitwise the scalar dots.
+ */
+START_TEST(test_matmul_float_tiles)
+{
+    enum { NT = 13 };
+    static const uint32_t types[] = {LM_F32, LM_F16, LM_BF16};
+    static const int widths[] = {777, 16, 9, 1040};
+    static const int heights[] = {37, 4, 2};
+    static uint8_t wmem[37 * 1040 * 4];
+    static float x[NT * 1040], out[NT * 37];
+    uint64_t seed = 29;
+    for (int i = 0; i < NT * 1040; i++)
+        x[i] = sinf((float)i * 0.029f) * (float)(1 + i % 5);
+    mm_scratch s = {0};
+    ck_assert(mm_scratch_init(&s, 2, 1040, NT) == 0);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+            for (size_t hi = 0; hi < sizeof heights / sizeof heights[0]; hi++) {
+                const uint32_t ty = types[ti];
+                const int k = widths[wi], rows = heights[hi];
+                const size_t rb = lm_row_bytes(ty, k);
+                for (int r = 0; r < rows; r++)
+                    test_row(ty, wmem + r * rb, k, &seed);
+                lm_tensor w = {"w", ty, {k, rows}, wmem, LM_LAYOUT_FILE};
+                for (int n = 1; n <= NT; n++) {
+                    lm_matmul(out, &w, x, n, &s);
+                    ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d, %d rows, %d tokens",
+                                  lm_type_name(ty), k, rows, n);
+                }
+            }
+    mm_scratch_free(&s);
+}
+END_TEST
+
+/*
  * Matrices that share their activations as rounded (the same width, kind
  * and layout) but take them differently: Q2_K rows go in groups from 10
  * tokens, Q4_K rows from 14 and with their last 1-4 tokens row by row; in
@@ -449,6 +487,7 @@ TCase *tcase_matmul(void)
     TCase *tc = tcase_create("matmul");
     tcase_set_timeout(tc, 60); /* the sanitizer build runs the bit-for-bit sweeps slowly */
     tcase_add_test(tc, test_matmul_paths_bitwise);
+    tcase_add_test(tc, test_matmul_float_tiles);
     tcase_add_test(tc, test_matmul_many_shared_acts);
     tcase_add_test(tc, test_matmul_few_tokens_bitwise);
     tcase_add_test(tc, test_matmul_lanes_layout);
