@@ -66,7 +66,7 @@ AVX512 static INLINE void tile(uint32_t t, const uint8_t *const row[TILE_ROWS], 
             w[r] = row16(t, row[r], i);
         EACH_TOKEN(j) {
             __m512 y = _mm512_loadu_ps(a[j].f + i);
-            __asm__("" : "+v"(y)); /* in a register: folded into each multiply-add, it was loaded four times */
+            OPAQUE512(y); /* in a register: folded into each multiply-add, it was loaded four times */
             EACH_ROW(r)
                 acc[r][j] = _mm512_fmadd_ps(w[r], y, acc[r][j]);
         }
