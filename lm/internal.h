@@ -113,6 +113,9 @@ void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, siz
    out[t * ldo + r]; 0 for other types (nothing done) */
 int lm_rows_f_avx512(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k, const act_row *a, int n,
                      float *out, size_t ldo);
+/* the same with AVX2, nr 1-2 */
+int lm_rows_f_avx2(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k, const act_row *a, int n,
+                   float *out, size_t ldo);
 /* One token through nr F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/K-quant rows read as stored (or LM_Q5_0_LANES: Q5_0
    in its lanes layout, against a token in lanes), AVX2; 0: not this type (nothing done) */
 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,

@@ -441,25 +441,27 @@ static void ask_run_start(const uint8_t *run, size_t bytes, size_t ahead)
 #define RUN_BYTES 65536 /* weight bytes of a run of rows for the fast kernels, about */
 
 /*
- * Several tokens through F32, F16 or BF16 rows: four rows at a time, so
- * that the block's activations come from L2 once for four rows, not once
- * a row (qrow_f.c).  Returns 0 where it does not apply.
+ * Several tokens through F32, F16 or BF16 rows: four rows at a time (two
+ * where AVX2 is the widest), so that the block's activations come from L2
+ * once for those rows, not once a row (qrow_f.c).  Returns 0 where it does
+ * not apply.
  */
 static int float_tiles(float *out, const lm_tensor *w, int64_t r0, int t0, int nt, const act_row *acts,
                        const mm_scratch *s)
 {
     const int float_rows = w->type == LM_F32 || w->type == LM_F16 || w->type == LM_BF16;
-    if (s->isa < LM_ISA_AVX512 || nt < 2 || !float_rows || in_lanes(w))
+    if (s->isa < LM_ISA_AVX2 || nt < 2 || !float_rows || in_lanes(w))
         return 0;
-    const int64_t k = w->ne[0], rows = w->ne[1], quads = (rows - r0 + 3) / 4;
+    const int wide = s->isa >= LM_ISA_AVX512, per = wide ? 4 : 2;
+    const int64_t k = w->ne[0], rows = w->ne[1], tiles = (rows - r0 + per - 1) / per;
     const size_t rb = lm_row_bytes(w->type, k);
     const uint8_t *base = w->data;
 #pragma omp for schedule(static) nowait
-    for (int64_t q = 0; q < quads; q++) {
-        const int64_t i = r0 + 4 * q;
-        const int nr = rows - i < 4 ? (int)(rows - i) : 4;
-        lm_rows_f_avx512(w->type, base + (size_t)i * rb, rb, nr, k, acts + t0, nt, out + (size_t)t0 * rows + i,
-                         (size_t)rows);
+    for (int64_t q = 0; q < tiles; q++) {
+        const int64_t i = r0 + per * q;
+        const int nr = rows - i < per ? (int)(rows - i) : per;
+        (wide ? lm_rows_f_avx512 : lm_rows_f_avx2)(w->type, base + (size_t)i * rb, rb, nr, k, acts + t0, nt,
+                                                   out + (size_t)t0 * rows + i, (size_t)rows);
     }
     return 1;
 }

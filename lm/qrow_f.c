@@ -1,6 +1,7 @@
 /*
  * lm/qrow_f.c - F32, F16 and BF16 rows through a batch of tokens, four
- * rows and six tokens a tile (AVX-512): lm_rows_f_avx512.
+ * rows and six tokens a tile (AVX-512: lm_rows_f_avx512), two rows and
+ * three tokens where AVX2 is the widest (lm_rows_f_avx2).
  *
  * A float row's dot with a token is lm_dot_f_scalar's: 16 lanes of fused
  * multiply-adds, lane j taking the products j mod 16, then the last k mod
@@ -119,10 +120,113 @@ AVX512 __attribute__((noinline)) int lm_rows_f_avx512(uint32_t t, const uint8_t 
     return 1;
 }
 
+/*
+ * Where AVX2 is the widest: a token's 16 lanes are two registers of 8 (lo,
+ * hi), so two rows and three tokens a tile take 12 of the 16 registers,
+ * the halves one after the other.
+ */
+#define TILE2_ROWS 2
+#define TILE2_TOKENS 3
+
+/* Values i..i+7 of a row of type t as floats. */
+AVX2 static INLINE __m256 row8(uint32_t t, const uint8_t *row, int64_t i)
+{
+    if (t == LM_F32)
+        return _mm256_loadu_ps((const float *)row + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+    if (t == LM_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+AVX2 static INLINE float dot_end2(__m256 lo, __m256 hi, const float *x, const float *y, int64_t n)
+{
+    float lanes[16];
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+    for (int64_t j = 0; j < n; j++)
+        lanes[j] = __builtin_fmaf(x[j], y[j], lanes[j]);
+    return lm_hsum16(lanes);
+}
+
+#define EACH_ROW2(r) _Pragma("GCC unroll 2") for (int r = 0; r < TILE2_ROWS; r++)
+#define EACH_TOKEN2(j) _Pragma("GCC unroll 3") for (int j = 0; j < nt; j++)
+_Static_assert(TILE2_ROWS == 2 && TILE2_TOKENS == 3, "EACH_ROW2 and EACH_TOKEN2 unroll the tile's loops");
+
+AVX2 static INLINE void tile2(uint32_t t, const uint8_t *const row[TILE2_ROWS], int nr, int64_t k, const act_row *a,
+                              int nt, float *out, size_t ldo)
+{
+    __m256 acc[2][TILE2_ROWS][TILE2_TOKENS]; /* [lo, hi][row][token] */
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+        EACH_ROW2(r)
+            EACH_TOKEN2(j)
+                acc[h][r][j] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            __m256 w[TILE2_ROWS];
+            EACH_ROW2(r)
+                w[r] = row8(t, row[r], i + 8 * h);
+            EACH_TOKEN2(j) {
+                __m256 y = _mm256_loadu_ps(a[j].f + i + 8 * h);
+                __asm__("" : "+x"(y)); /* in a register, not loaded again for each row */
+                EACH_ROW2(r)
+                    acc[h][r][j] = _mm256_fmadd_ps(w[r], y, acc[h][r][j]);
+            }
+        }
+    for (int r = 0; r < nr; r++) {
+        float tail[16];
+        if (i < k)
+            lm_dequant_row(t, row[r] + lm_row_bytes(t, i), tail, k - i);
+        for (int j = 0; j < nt; j++)
+            out[(size_t)j * ldo + r] = dot_end2(acc[0][r][j], acc[1][r][j], tail, a[j].f + i, k - i);
+    }
+}
+
+#define ROWS_F2(name, t)                                                                                       \
+    AVX2 __attribute__((noinline)) static void name(const uint8_t *const row[TILE2_ROWS], int nr, int64_t k,   \
+                                                    const act_row *a, int n, float *out, size_t ldo)          \
+    {                                                                                                          \
+        for (int j = 0; j < n; j += TILE2_TOKENS) {                                                            \
+            float *o = out + (size_t)j * ldo;                                                                  \
+            switch (n - j) {                                                                                   \
+            case 1: tile2(t, row, nr, k, a + j, 1, o, ldo); break;                                             \
+            case 2: tile2(t, row, nr, k, a + j, 2, o, ldo); break;                                             \
+            default: tile2(t, row, nr, k, a + j, TILE2_TOKENS, o, ldo); break;                                 \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+ROWS_F2(rows2_f16, LM_F16)
+ROWS_F2(rows2_bf16, LM_BF16)
+ROWS_F2(rows2_f32, LM_F32)
+#undef ROWS_F2
+
+AVX2 __attribute__((noinline)) int lm_rows_f_avx2(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k,
+                                                  const act_row *a, int n, float *out, size_t ldo)
+{
+    if ((t != LM_F32 && t != LM_F16 && t != LM_BF16) || nr < 1 || nr > TILE2_ROWS)
+        return 0;
+    const uint8_t *row[TILE2_ROWS] = {row0, row0 + (size_t)(nr > 1) * rb}; /* a lone row twice: read, not stored */
+    if (t == LM_F16)
+        rows2_f16(row, nr, k, a, n, out, ldo);
+    else if (t == LM_BF16)
+        rows2_bf16(row, nr, k, a, n, out, ldo);
+    else
+        rows2_f32(row, nr, k, a, n, out, ldo);
+    return 1;
+}
+
 #else /* not x86-64: the float rows go row by row (qdot.c) */
 
 int lm_rows_f_avx512(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k, const act_row *a, int n,
                      float *out, size_t ldo)
+{
+    (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
+    return 0;
+}
+
+int lm_rows_f_avx2(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k, const act_row *a, int n,
+                   float *out, size_t ldo)
 {
     (void)t, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
     return 0;

@@ -93,7 +93,8 @@ END_TEST
  * F32, F16 and BF16 rows through several tokens go four rows and six
  * tokens a tile (lm/qrow_f.c): rows whose width leaves 1-15 values past
  * the tile's steps of 16, matrices whose rows leave 1-3 past the tiles,
- * and every count of tokens past whole tiles, bitwise the scalar dots.
+ * and every count of tokens past whole tiles, bitwise the scalar dots;
+ * where the CPU has AVX-512, AVX2's tiles of two rows and three tokens too.
  */
 START_TEST(test_matmul_float_tiles)
 {
@@ -108,19 +109,23 @@ START_TEST(test_matmul_float_tiles)
         x[i] = sinf((float)i * 0.029f) * (float)(1 + i % 5);
     mm_scratch s = {0};
     ck_assert(mm_scratch_init(&s, 2, 1040, NT) == 0);
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    const int native = s.isa;
+    for (size_t ti = 0; ti < 2 * sizeof types / sizeof types[0]; ti++)
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
             for (size_t hi = 0; hi < sizeof heights / sizeof heights[0]; hi++) {
-                const uint32_t ty = types[ti];
+                const uint32_t ty = types[ti % 3];
                 const int k = widths[wi], rows = heights[hi];
+                s.isa = ti < 3 ? native : LM_ISA_AVX2;
+                if (ti >= 3 && native < LM_ISA_AVX512)
+                    break;
                 const size_t rb = lm_row_bytes(ty, k);
                 for (int r = 0; r < rows; r++)
                     test_row(ty, wmem + r * rb, k, &seed);
                 lm_tensor w = {"w", ty, {k, rows}, wmem, LM_LAYOUT_FILE};
                 for (int n = 1; n <= NT; n++) {
                     lm_matmul(out, &w, x, n, &s);
-                    ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d, %d rows, %d tokens",
-                                  lm_type_name(ty), k, rows, n);
+                    ck_assert_msg(matmul_matches_scalar(&w, x, out, n) == 0, "%s k=%d, %d rows, %d tokens, isa %d",
+                                  lm_type_name(ty), k, rows, n, s.isa);
                 }
             }
     mm_scratch_free(&s);
