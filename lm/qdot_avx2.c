@@ -234,17 +234,6 @@ AVX2 float lm_dot_k_avx2(const qrow *w, const act_row *a)
     return lm_k_total(acc, mins);
 }
 
-/* The end of lm_dot_f_scalar's 16 lanes (lo, hi): the last n (< 16) products x[j] * y[j] into lanes 0.., the tree. */
-AVX2 static INLINE float dot16_end(__m256 lo, __m256 hi, const float *x, const float *y, int64_t n)
-{
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (int64_t j = 0; j < n; j++)
-        acc[j] = __builtin_fmaf(x[j], y[j], acc[j]);
-    return lm_hsum16(acc);
-}
-
 /* lm_dot_f_scalar's 16 lanes as two vectors of 8. */
 AVX2 float lm_dot_f_avx2(const float *x, const float *y, int64_t n)
 {

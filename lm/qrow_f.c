@@ -33,14 +33,10 @@ AVX512 static INLINE __m512 row16(uint32_t t, const uint8_t *row, int64_t i)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* BF16 */
 }
 
-/* lm_dot_f_scalar's end: the last n (< 16) products into lanes 0.., then the tree. */
+/* lm_dot_f_scalar's end (simd.h's dot16_end) of 16 lanes in one register. */
 AVX512 static INLINE float dot_end(__m512 acc, const float *x, const float *y, int64_t n)
 {
-    float lanes[16];
-    _mm512_storeu_ps(lanes, acc);
-    for (int64_t j = 0; j < n; j++)
-        lanes[j] = __builtin_fmaf(x[j], y[j], lanes[j]);
-    return lm_hsum16(lanes);
+    return dot16_end(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1), x, y, n);
 }
 
 /* The tile's loops, unrolled: left as loops, GCC kept the accumulators on the stack */
@@ -139,16 +135,6 @@ AVX2 static INLINE __m256 row8(uint32_t t, const uint8_t *row, int64_t i)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
 }
 
-AVX2 static INLINE float dot_end2(__m256 lo, __m256 hi, const float *x, const float *y, int64_t n)
-{
-    float lanes[16];
-    _mm256_storeu_ps(lanes, lo);
-    _mm256_storeu_ps(lanes + 8, hi);
-    for (int64_t j = 0; j < n; j++)
-        lanes[j] = __builtin_fmaf(x[j], y[j], lanes[j]);
-    return lm_hsum16(lanes);
-}
-
 #define EACH_ROW2(r) _Pragma("GCC unroll 2") for (int r = 0; r < TILE2_ROWS; r++)
 #define EACH_TOKEN2(j) _Pragma("GCC unroll 3") for (int j = 0; j < nt; j++)
 _Static_assert(TILE2_ROWS == 2 && TILE2_TOKENS == 3, "EACH_ROW2 and EACH_TOKEN2 unroll the tile's loops");
@@ -179,7 +165,7 @@ AVX2 static INLINE void tile2(uint32_t t, const uint8_t *const row[TILE2_ROWS], 
         if (i < k)
             lm_dequant_row(t, row[r] + lm_row_bytes(t, i), tail, k - i);
         for (int j = 0; j < nt; j++)
-            out[(size_t)j * ldo + r] = dot_end2(acc[0][r][j], acc[1][r][j], tail, a[j].f + i, k - i);
+            out[(size_t)j * ldo + r] = dot16_end(acc[0][r][j], acc[1][r][j], tail, a[j].f + i, k - i);
     }
 }
 

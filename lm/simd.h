@@ -66,6 +66,17 @@ AVX512 static INLINE __m512i load_once512(const void *p)
     return x;
 }
 
+/* The end of lm_dot_f_scalar's 16 lanes (lo, hi): the last n (< 16) products x[j] * y[j] into lanes 0.., the tree. */
+AVX2 static INLINE float dot16_end(__m256 lo, __m256 hi, const float *x, const float *y, int64_t n)
+{
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int64_t j = 0; j < n; j++)
+        acc[j] = __builtin_fmaf(x[j], y[j], acc[j]);
+    return lm_hsum16(acc);
+}
+
 /* lm_hsum16 of the 16 lanes lo (0-7) and hi (8-15): halves, quarters, then (0+2) + (1+3). */
 AVX2 static INLINE float hsum16_avx2(__m256 lo, __m256 hi)
 {
