@@ -47,13 +47,6 @@ AVX2 static void decode_b32_avx2(qrow *r, const uint8_t *src, int64_t nb)
     }
 }
 
-/* Eight F16 or BF16 values at p as floats (both conversions exact, as lm_dequant_row's). */
-AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
-{
-    const __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return t == LM_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 /* F16 and BF16 rows as floats, eight at a time. */
 AVX2 void lm_halves_to_f32_avx2(float *f, uint32_t t, const void *row, int64_t k)
 {

@@ -127,12 +127,7 @@ AVX512 __attribute__((noinline)) int lm_rows_f_avx512(uint32_t t, const uint8_t 
 /* Values i..i+7 of a row of type t as floats. */
 AVX2 static INLINE __m256 row8(uint32_t t, const uint8_t *row, int64_t i)
 {
-    if (t == LM_F32)
-        return _mm256_loadu_ps((const float *)row + i);
-    const __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
-    if (t == LM_F16)
-        return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+    return t == LM_F32 ? _mm256_loadu_ps((const float *)row + i) : halves_ps(t, row + 2 * i);
 }
 
 #define EACH_ROW2(r) _Pragma("GCC unroll 2") for (int r = 0; r < TILE2_ROWS; r++)
@@ -155,7 +150,7 @@ AVX2 static INLINE void tile2(uint32_t t, const uint8_t *const row[TILE2_ROWS], 
                 w[r] = row8(t, row[r], i + 8 * h);
             EACH_TOKEN2(j) {
                 __m256 y = _mm256_loadu_ps(a[j].f + i + 8 * h);
-                __asm__("" : "+x"(y)); /* in a register, not loaded again for each row */
+                OPAQUE256(y); /* in a register, not loaded again for each row */
                 EACH_ROW2(r)
                     acc[h][r][j] = _mm256_fmadd_ps(w[r], y, acc[h][r][j]);
             }

@@ -49,6 +49,7 @@
  * Q4_K rows in lanes 29.3 -> 26.6 cycles a 256 weights from L2).
  */
 #define OPAQUE256X2(a, b) __asm__("" : "+x"(a), "+x"(b))
+#define OPAQUE256(a) __asm__("" : "+x"(a))
 #define AVX512 X86_TARGET("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 
 /*
@@ -64,6 +65,13 @@ AVX512 static INLINE __m512i load_once512(const void *p)
     __m512i x = _mm512_loadu_si512(p);
     OPAQUE512(x);
     return x;
+}
+
+/* Eight F16 or BF16 values at p as floats (both conversions exact, as lm_dequant_row's). */
+AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
+{
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return t == LM_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* lm_hsum16 of the 16 lanes lo (0-7) and hi (8-15): halves, quarters, then (0+2) + (1+3). */
