@@ -399,9 +399,7 @@ static inline int lm_u16_at(const uint8_t *p)
 /* The f16 at p (any alignment), as f32: block scales as the files store them. */
 static inline float lm_half_at(const uint8_t *p)
 {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return lm_f16_to_f32(h);
+    return lm_f16_to_f32((uint16_t)lm_u16_at(p));
 }
 
 /*
