@@ -107,8 +107,6 @@ float lm_dot_f_avx512(const float *x, const float *y, int64_t n);
 float lm_dot_b32_avx2(const qrow *w, const act_row *a);
 float lm_dot_k_avx2(const qrow *w, const act_row *a);
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n);
-/* lm_dot_f_avx2(x, a[t].f, n) into out[t * ld] for t = 0..3 */
-void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, size_t ld);
 /* qrow_f.c: nr (1-4) F32, F16 or BF16 rows as stored, rb bytes apart, against tokens a[0..n), the same sums:
    out[t * ldo + r]; 0 for other types (nothing done) */
 int lm_rows_f_avx512(uint32_t t, const uint8_t *row0, size_t rb, int nr, int64_t k, const act_row *a, int n,

@@ -496,11 +496,7 @@ float lm_qrow_dot(const qrow *r, const act_row *a, int isa)
 
 void lm_qrow_dots(const qrow *r, const act_row *a, int nt, float *out, size_t ld, int isa)
 {
-    int t = 0;
-    const int atype = lm_act_type(r->type);
-    if (isa >= LM_ISA_AVX2 && (atype == LM_F32 || atype == LM_F16 || atype == LM_BF16))
-        for (; t + 4 <= nt; t += 4) /* float rows, four tokens a pass (AVX-512 CPUs too: the same sums) */
-            lm_dot4_f_avx2(r->f, a + t, r->k, out + (size_t)t * ld, ld);
+    int t = 0; /* (x86's float rows meet several tokens in tiles: qrow_f.c) */
     if (lm_isa_neon(isa))
         for (; t + 4 <= nt; t += 4)
             if (!(isa == LM_ISA_NEON_DOT ? lm_dot4_neon : lm_dot4_neon_plain)(r, a + t, out + (size_t)t * ld, ld))

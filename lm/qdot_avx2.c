@@ -259,31 +259,6 @@ AVX2 static INLINE float row_halves_avx2(uint32_t t, const uint8_t *row, size_t 
 }
 
 /*
- * lm_dot_f_avx2 of one float row against four tokens: eight independent
- * chains of multiply-adds, each weight vector loaded once.  A token at a
- * time, its two chains ran at their latency (smollm2 F16 prompts spent
- * most of their time there).
- */
-AVX2 void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, size_t ld)
-{
-    __m256 lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; t++)
-        lo[t] = hi[t] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 wl = _mm256_loadu_ps(x + i), wh = _mm256_loadu_ps(x + i + 8);
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) {
-            lo[t] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(a[t].f + i), lo[t]);
-            hi[t] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(a[t].f + i + 8), hi[t]);
-        }
-    }
-    for (int t = 0; t < 4; t++)
-        out[(size_t)t * ld] = dot16_end(lo[t], hi[t], x + i, a[t].f + i, n - i);
-}
-
-/*
  * Blocks b..b+m-1 (m <= 8, as stored) scaled into acc's lanes 0..m-1.
  * The other lanes add 0 * 0: a lane of these sums is never -0 (it starts
  * at +0, and a sum of exact zeros rounds to +0), so adding +0 leaves it as
@@ -630,11 +605,6 @@ int lm_qrow_decode_avx2(qrow *r, uint32_t type, const void *src, int64_t k)
 float lm_dot_b32_avx2(const qrow *w, const act_row *a) { return lm_dot_b32_scalar(w, a); }
 float lm_dot_k_avx2(const qrow *w, const act_row *a) { return lm_dot_k_scalar(w, a); }
 float lm_dot_f_avx2(const float *x, const float *y, int64_t n) { return lm_dot_f_scalar(x, y, n); }
-void lm_dot4_f_avx2(const float *x, const act_row *a, int64_t n, float *out, size_t ld)
-{
-    for (int t = 0; t < 4; t++)
-        out[(size_t)t * ld] = lm_dot_f_scalar(x, a[t].f, n);
-}
 int lm_rows_avx2(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                  float *out)
 {

@@ -8,8 +8,8 @@
  * 16 products into lanes 0.. and lm_hsum16's tree.  One 512-bit register
  * holds exactly those 16 lanes, so a tile keeps one register per row and
  * token, and the sums are bitwise the one-token kernels'.  Row by row, each
- * row met every token of the block in turn (lm_dot4_f_avx2, four tokens a
- * pass), and the block's activations (64 tokens, 512 KiB at 2048 columns)
+ * row met every token of the block in turn (four tokens a pass, before
+ * 37a8a34), and the block's activations (64 tokens, 512 KiB at 2048 columns)
  * came from L2 once a row: the prompt waited on L2, not on the multiplies.
  * A tile reads each token's values once for four rows and each row's
  * weights, converted to floats in registers, once for six tokens.
