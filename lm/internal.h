@@ -563,7 +563,7 @@ static inline void lm_attq_common(const lm_attq *qs, int n, int *lo, int *hi)
  * Cache rows a thread reads after its current attention job (the next
  * job's head), asked for a line at a time while the job computes, so
  * that they come from memory beside the arithmetic instead of before it
- * (forward.c says when).  Two spans, K's and V's.
+ * (attend_pass.c says when).  Two spans, K's and V's.
  */
 typedef struct lm_ahead {
     const char *p[2];
@@ -675,5 +675,31 @@ void lm_gelu_mul(const lm_model *m, float *g, const float *up, size_t n, int isa
 size_t lm_gelu_mul_avx2(const float *table, float *g, const float *up, size_t n);
 int lm_gelu_table_init(lm_model *m);
 
+/* ---- forward.c, attend_pass.c ---- */
+/* A context: the scratch of a forward pass, sized when it is made (forward.c). */
+struct lm_ctx {
+    const lm_model *m;
+    int n_threads, ubatch; /* tokens a forward pass takes at most */
+    int q_dim, k_dim, v_dim, o_dim;
+    float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
+    mm_scratch mm;       /* matmul: quantized activations, decoded rows */
+    lm_ahead_tune ahead; /* how far ahead the one-token kernels ask for weights */
+    int ahead_settled;   /* whether that tuning began with the weights where they stay */
+    float **scores;      /* per thread: att_qmax rows of scores_cap scores, value sums */
+    int scores_cap, att_qmax;
+    float *split_scores; /* n_head rows of scores_cap, then n_head * n_threads maxima of 16 (split_parts) */
+    float *kv32;         /* one layer of an f16 cache as f32 (lm_kv_layer_f32), kv32_floats floats */
+    size_t kv32_floats;
+    float *rope_cs, *rope_sn; /* per token of the ubatch: its rotation (lm_rope_angles) */
+    int rope_pos0, rope_n, rope_swa, rope_ctx; /* what they were computed for; rope_n -1: nothing */
+};
+/*
+ * Layer il's attention for n tokens at pos0.., by every thread of the
+ * pass's region: rotates c->q and c->k, writes the keys and values to the
+ * cache, and attends from the rows of tokens `from`.. only (moved down to
+ * row 0, the residual rows with them) into c->att.  Returns how many rows
+ * go on (n - from, 0 if none).
+ */
+int lm_pass_attention(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int from);
 
 #endif

@@ -4,7 +4,7 @@
  * attention.c), mapped zeroed and page by page as it is first written,
  * populated (and the next message's pages touched) ahead of a prefill, and
  * unmapped.  What goes in it and how it
- * is read belong to forward.c and attention.c.
+ * is read belong to forward.c, attend_pass.c and attention.c.
  */
 #include "internal.h"
 

@@ -234,7 +234,7 @@ START_TEST(test_bitwise_determinism)
         char *mp = shared_path(rel);
         lm_model m;
         open_model(&m, mp);
-        /* odd: a token alone at 261 too, whose heads the 3 threads cut in parts (forward.c's split_parts) */
+        /* odd: a token alone at 261 too, whose heads the 3 threads cut in parts (attend_pass.c's split_parts) */
         int one[] = {300}, seq[] = {1}, odd[] = {7, 1, 130, 3, 120, 1, 38};
         float *a = eval_split(&m, ids, n, one, 1, 2, LM_KV_F32);
         float *b = eval_split(&m, ids, n, seq, 1, 1, LM_KV_F32);
