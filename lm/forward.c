@@ -37,6 +37,13 @@ static float *alloc_floats(size_t n)
     return aligned_alloc(64, ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63);
 }
 
+/* Floats of each of a thread's own rows (own_rows), a whole number of cache lines. */
+static size_t own_row_floats(const lm_hparams *hp)
+{
+    const size_t most = (size_t)(hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff);
+    return (most + 15) & ~(size_t)15;
+}
+
 int lm_default_threads(void)
 {
     /* physical cores: count distinct (package, core) pairs in sysfs */
@@ -98,12 +105,16 @@ lm_ctx *lm_ctx_new(const lm_model *m, int n_threads, lm_err *e)
     size_t qkv = (size_t)c->q_dim + (size_t)c->k_dim + (size_t)c->v_dim;
     c->hb = alloc_floats(ub * (qkv > (size_t)hp->n_ff ? qkv : (size_t)hp->n_ff)); /* also fused qkv */
     c->hb2 = alloc_floats(ub * 2 * (size_t)hp->n_ff);                           /* also [gate | up] */
+    c->own = calloc((size_t)c->n_threads, sizeof *c->own);
+    for (int i = 0; c->own && i < c->n_threads; i++)
+        if (!(c->own[i] = alloc_floats(3 * own_row_floats(hp))))
+            goto oom;
     c->rope_cs = alloc_floats(ub * (size_t)(hp->n_rot / 2));
     c->rope_sn = alloc_floats(ub * (size_t)(hp->n_rot / 2));
     c->rope_n = -1;
     c->scores = calloc((size_t)c->n_threads, sizeof *c->scores);
     if (!c->x || !c->xb || !c->proj || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 ||
-        !c->rope_cs || !c->rope_sn || !c->scores)
+        !c->own || !c->rope_cs || !c->rope_sn || !c->scores)
         goto oom;
     int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if (c->o_dim > widest)
@@ -136,6 +147,9 @@ void lm_ctx_free(lm_ctx *c)
     free(c->v);
     free(c->att);
     free(c->hb);
+    for (int i = 0; c->own && i < c->n_threads; i++)
+        free(c->own[i]);
+    free(c->own);
     free(c->rope_cs);
     free(c->rope_sn);
     free(c->hb2);
@@ -159,16 +173,16 @@ static void add_bias(lm_ctx *c, float *x, const lm_tensor *b, int n, int dim)
     lm_barrier_wait(&c->mm.bar);
 }
 
-/* Q, K, V of n tokens from c->xb: separate matrices or one fused [q | k | v]. */
-static void project_qkv(lm_ctx *c, const lm_layer *L, int n)
+/* Q, K, V of n tokens from the normed rows in: separate matrices or one fused [q | k | v]. */
+static void project_qkv(lm_ctx *c, const lm_layer *L, const float *in, int n)
 {
     if (!L->wqkv) {
         float *outs[] = {c->q, c->k, c->v};
         const lm_tensor *ws[] = {L->wq, L->wk, L->wv};
-        lm_matmul_many(outs, ws, 3, c->xb, n, &c->mm);
+        lm_matmul_many(outs, ws, 3, in, n, &c->mm);
     } else {
         int all = c->q_dim + c->k_dim + c->v_dim;
-        lm_matmul(c->hb, L->wqkv, c->xb, n, &c->mm);
+        lm_matmul(c->hb, L->wqkv, in, n, &c->mm);
 #pragma omp for schedule(static) nowait
         for (int t = 0; t < n; t++) {
             const float *r = c->hb + (size_t)t * all;
@@ -194,86 +208,176 @@ static void norm_rows(lm_ctx *c, float *out, const float *x, const lm_tensor *w,
 }
 
 /*
- * x += norm(out) or x += out, over n tokens of E features; then, with
- * next, xb = RMSNorm(x) * next for the step that follows (the FFN, the
- * next layer's attention).  A token's steps run in one loop, so a
- * one-token pass waits at one barrier here instead of two or three.
+ * A step of one token between two matrices runs whole on every thread, on
+ * rows of its own (c->own): the residual row, its norm, the gated FFN row.
+ * Each thread rounds the whole input of the next matrix for itself anyway
+ * (matmul.c's round_acts), and a token's rows are a few thousand floats,
+ * so no thread waits for another between one matrix and the next: a layer
+ * passes five barriers instead of eight, and only the new residual row
+ * goes back to c->x, each thread its share.  The same operations on the
+ * same values, so the same bytes.  Each wait costs most where a thread
+ * shares its core (two threads, a busy loop on one of the two cores,
+ * alternated: smollm2 Q4_K_M generating 9.1-10.5 -> 9.6-13.3 t/s,
+ * tinyllama Q4_0 6.2-6.6 -> 7.0-9.2); with both cores free a 24-layer
+ * model that fits in L3 went 931-964 -> 942-992 t/s, the 0.1-1.1B models
+ * level within the noise.
  */
-static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm_tensor *next, int n)
+typedef struct own_rows {
+    float *x, *xb, *g; /* the residual row, its norm (the next matrix's input), act(gate) * up */
+} own_rows;
+
+static own_rows own_rows_of(const lm_ctx *c)
 {
+    const size_t row = own_row_floats(&c->m->hp);
+    float *b = c->own[omp_get_thread_num()];
+    return (own_rows){b, b + row, b + 2 * row};
+}
+
+/* The normed rows the next matrix reads: this thread's own for one token. */
+static const float *normed(const lm_ctx *c, int n)
+{
+    return n == 1 ? own_rows_of(c).xb : c->xb;
+}
+
+/* The rows of c->x normed by w into normed(c, n). */
+static void norm_input(lm_ctx *c, const lm_tensor *w, int n)
+{
+    if (n > 1) {
+        norm_rows(c, c->xb, c->x, w, n);
+        return;
+    }
+    lm_rmsnorm_isa(own_rows_of(c).xb, c->x, w->data, c->m->hp.n_embd, c->m->hp.rms_eps, c->mm.isa);
+}
+
+/*
+ * One token: this thread's residual row = x + norm(out) or x + out, its
+ * norm by next (if any) into the next matrix's input; with back, its share
+ * of the row written to c->x, and without next every thread waits for the
+ * others' shares (the output norm reads the whole row).
+ */
+static void token_residual(lm_ctx *c, const float *x, const float *out, const lm_tensor *post_norm,
+                           const lm_tensor *next, int back)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const int E = hp->n_embd;
+    const own_rows r = own_rows_of(c);
+    const float *o = out;
+    if (post_norm) { /* into the norm's row, free until the end: out is every thread's */
+        lm_rmsnorm_isa(r.xb, out, post_norm->data, E, hp->rms_eps, c->mm.isa);
+        o = r.xb;
+    }
+#pragma omp simd
+    for (int i = 0; i < E; i++)
+        r.x[i] = x[i] + o[i];
+    if (back) {
+        const int p = omp_get_thread_num(), parts = omp_get_num_threads();
+        const size_t a = (size_t)E * (size_t)p / (size_t)parts, b = (size_t)E * (size_t)(p + 1) / (size_t)parts;
+        memcpy(c->x + a, r.x + a, (b - a) * sizeof *r.x);
+    }
+    if (next)
+        lm_rmsnorm_isa(r.xb, r.x, next->data, E, hp->rms_eps, c->mm.isa);
+    else if (back)
+        lm_barrier_wait(&c->mm.bar);
+}
+
+/*
+ * The residual after a block, x + norm(out) or x + out, for n tokens of E
+ * features; then, with next, the rows normed by next into normed(c, n) for
+ * the step that follows (the FFN, the next layer's attention).  Several
+ * tokens: x is c->x, added to in place, a token's steps in one loop (one
+ * barrier, not two or three).  One token (token_residual): x is the row the
+ * thread's own one starts from (c->x after the attention, its own after
+ * the FFN), and back says whether the result goes to c->x.
+ */
+static void residual(lm_ctx *c, const float *x, float *out, const lm_tensor *post_norm, const lm_tensor *next,
+                     int n, int back)
+{
+    if (n == 1) {
+        token_residual(c, x, out, post_norm, next, back);
+        return;
+    }
     const lm_hparams *hp = &c->m->hp;
     const int E = hp->n_embd;
 #pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++) {
-        float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
+        float *o = out + (size_t)t * E, *xt = c->x + (size_t)t * E;
         if (post_norm) /* in place: a row's sum is taken before it is written */
             lm_rmsnorm_isa(o, o, post_norm->data, E, hp->rms_eps, c->mm.isa);
 #pragma omp simd
         for (int i = 0; i < E; i++)
-            x[i] += o[i];
+            xt[i] += o[i];
         if (next)
-            lm_rmsnorm_isa(c->xb + (size_t)t * E, x, next->data, E, hp->rms_eps, c->mm.isa);
+            lm_rmsnorm_isa(c->xb + (size_t)t * E, xt, next->data, E, hp->rms_eps, c->mm.isa);
     }
     lm_barrier_wait(&c->mm.bar);
 }
-
 
 /* The attention half of layer il for n tokens; returns how many rows go on (keep from 'from'). */
 static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int from)
 {
     const lm_layer *L = &c->m->layers[il];
-    if (il == 0) /* later layers find xb normed by the last one's residual */
-        norm_rows(c, c->xb, c->x, L->attn_norm, n);
-    project_qkv(c, L, n);
+    if (il == 0) /* later layers find their input normed by the last one's residual */
+        norm_input(c, L->attn_norm, n);
+    project_qkv(c, L, normed(c, n), n);
     n = lm_pass_attention(c, kv, il, n, pos0, from);
     if (!n)
         return 0;
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
-    residual(c, c->proj, L->post_attn_norm, L->ffn_norm, n);
+    residual(c, c->x, c->proj, L->post_attn_norm, L->ffn_norm, n, 0);
     return n;
 }
 
-/* hb = act(gate) * up, from separate matrices or one fused [gate | up]. */
-static void gated_ffn(lm_ctx *c, const lm_layer *L, int n)
+/* g = act(g) * up, n features. */
+static void act_mul(const lm_ctx *c, float *g, const float *up, size_t n)
 {
-    const lm_model *m = c->m;
-    const int F = m->hp.n_ff, gelu = m->arch->flags & ARCH_GELU;
+    if (c->m->arch->flags & ARCH_GELU)
+        lm_gelu_mul(c->m, g, up, n, c->mm.isa);
+    else
+        lm_silu_mul(g, up, n, c->mm.isa);
+}
+
+/*
+ * act(gate) * up from separate matrices or one fused [gate | up], into
+ * c->hb (one token: the thread's own row); returns the rows.
+ */
+static const float *gated_ffn(lm_ctx *c, const lm_layer *L, int n)
+{
+    const size_t F = (size_t)c->m->hp.n_ff;
     if (L->w_gate) {
         float *outs[] = {c->hb, c->hb2};
         const lm_tensor *ws[] = {L->w_gate, L->w_up};
-        lm_matmul_many(outs, ws, 2, c->xb, n, &c->mm);
+        lm_matmul_many(outs, ws, 2, normed(c, n), n, &c->mm);
     } else {
-        lm_matmul(c->hb2, L->w_up, c->xb, n, &c->mm); /* [gate | up] rows: split them */
-#pragma omp single nowait
-        for (int t = 0; t < n; t++) { /* ascending: token t's up lands below token t+1's row */
-            memcpy(c->hb + (size_t)t * F, c->hb2 + (size_t)t * 2 * F, (size_t)F * sizeof(float));
-            memmove(c->hb2 + (size_t)t * F, c->hb2 + (size_t)t * 2 * F + F, (size_t)F * sizeof(float));
+        lm_matmul(c->hb2, L->w_up, normed(c, n), n, &c->mm); /* [gate | up] rows */
+    }
+    if (n == 1) {
+        float *g = own_rows_of(c).g;
+        memcpy(g, L->w_gate ? c->hb : c->hb2, F * sizeof *g);
+        act_mul(c, g, L->w_gate ? c->hb2 : c->hb2 + F, F);
+        return g;
+    }
+    if (!L->w_gate) {
+#pragma omp single nowait /* split the [gate | up] rows */
+        for (size_t t = 0; t < (size_t)n; t++) { /* ascending: token t's up lands below token t+1's row */
+            memcpy(c->hb + t * F, c->hb2 + t * 2 * F, F * sizeof(float));
+            memmove(c->hb2 + t * F, c->hb2 + t * 2 * F + F, F * sizeof(float));
         }
         lm_barrier_wait(&c->mm.bar);
     }
-    /* element by element: one token's features are shared out among the threads */
-    const int parts = n == 1 ? omp_get_num_threads() : 1;
 #pragma omp for schedule(static) nowait
-    for (int j = 0; j < n * parts; j++) {
-        const size_t t = (size_t)(j / parts), f = (size_t)F;
-        const int p = j % parts;
-        size_t a = f * (size_t)p / (size_t)parts & ~(size_t)15;
-        size_t b = p + 1 == parts ? f : f * (size_t)(p + 1) / (size_t)parts & ~(size_t)15;
-        if (gelu)
-            lm_gelu_mul(m, c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
-        else
-            lm_silu_mul(c->hb + t * f + a, c->hb2 + t * f + a, b - a, c->mm.isa);
-    }
+    for (int t = 0; t < n; t++)
+        act_mul(c, c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
     lm_barrier_wait(&c->mm.bar);
+    return c->hb;
 }
 
 static void ffn_block(lm_ctx *c, int il, int n)
 {
     const lm_layer *L = &c->m->layers[il];
     const lm_layer *next = il + 1 < c->m->hp.n_layer ? L + 1 : NULL;
-    gated_ffn(c, L, n); /* on xb, normed by the attention's residual */
-    lm_matmul(c->proj, L->w_down, c->hb, n, &c->mm);
-    residual(c, c->proj, L->post_ffn_norm, next ? next->attn_norm : NULL, n);
+    const float *g = gated_ffn(c, L, n); /* on the rows normed by the attention's residual */
+    lm_matmul(c->proj, L->w_down, g, n, &c->mm);
+    residual(c, n == 1 ? own_rows_of(c).x : c->x, c->proj, L->post_ffn_norm, next ? next->attn_norm : NULL, n, 1);
 }
 
 /* Score rows for n_ctx keys: as many queries at once as 4 MiB a thread holds (1..LM_ATT_QMAX). */

@@ -682,6 +682,7 @@ struct lm_ctx {
     int n_threads, ubatch; /* tokens a forward pass takes at most */
     int q_dim, k_dim, v_dim, o_dim;
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
+    float **own;         /* per thread: a one-token pass's own rows (forward.c's own_rows) */
     mm_scratch mm;       /* matmul: quantized activations, decoded rows */
     lm_ahead_tune ahead; /* how far ahead the one-token kernels ask for weights */
     int ahead_settled;   /* whether that tuning began with the weights where they stay */
