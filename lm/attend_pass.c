@@ -11,7 +11,6 @@
 #include <omp.h>
 #include <string.h>
 
-
 /*
  * The rotations of positions pos0..pos0+n-1 in layer il.  They depend on
  * the layer only through its sliding window (its own base), so the layers
