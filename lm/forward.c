@@ -250,18 +250,19 @@ static void norm_input(lm_ctx *c, const lm_tensor *w, int n)
 }
 
 /*
- * One token: this thread's residual row = x + norm(out) or x + out, its
- * norm by next (if any) into the next matrix's input; with back, its share
- * of the row written to c->x, and without next every thread waits for the
- * others' shares (the output norm reads the whole row).
+ * One token: this thread's residual row = x + norm(out) or x + out, where
+ * x is c->x after the attention and the thread's own row after the FFN;
+ * its norm by next (if any) into the next matrix's input.  After the FFN
+ * its share of the row goes to c->x, and without next every thread waits
+ * for the others' shares (the output norm reads the whole row).
  */
-static void token_residual(lm_ctx *c, const float *x, const float *out, const lm_tensor *post_norm,
-                           const lm_tensor *next, int back)
+static void token_residual(lm_ctx *c, const float *out, const lm_tensor *post_norm, const lm_tensor *next,
+                           int after_ffn)
 {
     const lm_hparams *hp = &c->m->hp;
     const int E = hp->n_embd;
     const own_rows r = own_rows_of(c);
-    const float *o = out;
+    const float *x = after_ffn ? r.x : c->x, *o = out;
     if (post_norm) { /* into the norm's row, free until the end: out is every thread's */
         lm_rmsnorm_isa(r.xb, out, post_norm->data, E, hp->rms_eps, c->mm.isa);
         o = r.xb;
@@ -269,45 +270,42 @@ static void token_residual(lm_ctx *c, const float *x, const float *out, const lm
 #pragma omp simd
     for (int i = 0; i < E; i++)
         r.x[i] = x[i] + o[i];
-    if (back) {
+    if (after_ffn) {
         const int p = omp_get_thread_num(), parts = omp_get_num_threads();
         const size_t a = (size_t)E * (size_t)p / (size_t)parts, b = (size_t)E * (size_t)(p + 1) / (size_t)parts;
         memcpy(c->x + a, r.x + a, (b - a) * sizeof *r.x);
     }
     if (next)
         lm_rmsnorm_isa(r.xb, r.x, next->data, E, hp->rms_eps, c->mm.isa);
-    else if (back)
+    else if (after_ffn)
         lm_barrier_wait(&c->mm.bar);
 }
 
 /*
- * The residual after a block, x + norm(out) or x + out, for n tokens of E
- * features; then, with next, the rows normed by next into normed(c, n) for
- * the step that follows (the FFN, the next layer's attention).  Several
- * tokens: x is c->x, added to in place, a token's steps in one loop (one
- * barrier, not two or three).  One token (token_residual): x is the row the
- * thread's own one starts from (c->x after the attention, its own after
- * the FFN), and back says whether the result goes to c->x.
+ * c->x += norm(out) or c->x += out after the attention or the FFN, for n
+ * tokens of E features; then, with next, the rows normed by next into
+ * normed(c, n) for the step that follows (the FFN, the next layer's
+ * attention).  A token's steps run in one loop (one barrier, not two or
+ * three); one token's on every thread (token_residual).
  */
-static void residual(lm_ctx *c, const float *x, float *out, const lm_tensor *post_norm, const lm_tensor *next,
-                     int n, int back)
+static void residual(lm_ctx *c, float *out, const lm_tensor *post_norm, const lm_tensor *next, int n, int after_ffn)
 {
     if (n == 1) {
-        token_residual(c, x, out, post_norm, next, back);
+        token_residual(c, out, post_norm, next, after_ffn);
         return;
     }
     const lm_hparams *hp = &c->m->hp;
     const int E = hp->n_embd;
 #pragma omp for schedule(static) nowait
     for (int t = 0; t < n; t++) {
-        float *o = out + (size_t)t * E, *xt = c->x + (size_t)t * E;
+        float *o = out + (size_t)t * E, *x = c->x + (size_t)t * E;
         if (post_norm) /* in place: a row's sum is taken before it is written */
             lm_rmsnorm_isa(o, o, post_norm->data, E, hp->rms_eps, c->mm.isa);
 #pragma omp simd
         for (int i = 0; i < E; i++)
-            xt[i] += o[i];
+            x[i] += o[i];
         if (next)
-            lm_rmsnorm_isa(c->xb + (size_t)t * E, xt, next->data, E, hp->rms_eps, c->mm.isa);
+            lm_rmsnorm_isa(c->xb + (size_t)t * E, x, next->data, E, hp->rms_eps, c->mm.isa);
     }
     lm_barrier_wait(&c->mm.bar);
 }
@@ -323,7 +321,7 @@ static int attention_block(lm_ctx *c, lm_kv *kv, int il, int n, int pos0, int fr
     if (!n)
         return 0;
     lm_matmul(c->proj, L->wo, c->att, n, &c->mm);
-    residual(c, c->x, c->proj, L->post_attn_norm, L->ffn_norm, n, 0);
+    residual(c, c->proj, L->post_attn_norm, L->ffn_norm, n, 0);
     return n;
 }
 
@@ -377,7 +375,7 @@ static void ffn_block(lm_ctx *c, int il, int n)
     const lm_layer *next = il + 1 < c->m->hp.n_layer ? L + 1 : NULL;
     const float *g = gated_ffn(c, L, n); /* on the rows normed by the attention's residual */
     lm_matmul(c->proj, L->w_down, g, n, &c->mm);
-    residual(c, n == 1 ? own_rows_of(c).x : c->x, c->proj, L->post_ffn_norm, next ? next->attn_norm : NULL, n, 1);
+    residual(c, c->proj, L->post_ffn_norm, next ? next->attn_norm : NULL, n, 1);
 }
 
 /* Score rows for n_ctx keys: as many queries at once as 4 MiB a thread holds (1..LM_ATT_QMAX). */
