@@ -117,6 +117,7 @@ enum lm_layout {
     LM_LAYOUT_Q6_K_LANES, /* the same for Q6_K */
     LM_LAYOUT_Q5_0_LANES, /* Q5_0 rows rearranged as Q4_0's, their fifth bits spread for shifts (AVX2) */
     LM_LAYOUT_Q5_1_LANES, /* the same for Q5_1, the blocks' mins after their scales */
+    LM_LAYOUT_Q8_0_LANES, /* Q8_0 rows' whole steps of 16 blocks rearranged with blocks in lanes */
 };
 
 enum lm_rope_style { LM_ROPE_NORM, LM_ROPE_NEOX };

@@ -116,8 +116,8 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
                 return -1;
     }
     /* a row of any rearranged type unpacked (file_row): Q6_K's the most bytes an element of those in
-       super-blocks, Q5_1's of those in blocks of 32 */
-    const size_t k6 = lm_row_bytes(LM_Q6_K, max_k / 256 * 256), k5 = lm_row_bytes(LM_Q5_1, max_k / 32 * 32);
+       super-blocks, Q8_0's of those in blocks of 32 */
+    const size_t k6 = lm_row_bytes(LM_Q6_K, max_k / 256 * 256), k5 = lm_row_bytes(LM_Q8_0, max_k / 32 * 32);
     if (!(s->file_rows = calloc((size_t)n_threads, sizeof *s->file_rows)))
         return -1;
     for (int i = 0; i < n_threads; i++)
@@ -194,6 +194,12 @@ static uint32_t avx2_lanes_tag(const lm_tensor *w, const mm_scratch *s)
     return w->layout == LM_LAYOUT_Q5_0_LANES ? LM_Q5_0_LANES : w->layout == LM_LAYOUT_Q5_1_LANES ? LM_Q5_1_LANES : 0;
 }
 
+/* The kernels' name for w's Q4_0 or Q8_0 lanes layout (qrow_vbmi.c, qgemm.c), or 0. */
+static uint32_t b32_lanes_tag(const lm_tensor *w)
+{
+    return w->layout == LM_LAYOUT_Q4_0_LANES ? LM_Q4_0_LANES : w->layout == LM_LAYOUT_Q8_0_LANES ? LM_Q8_0_LANES : 0;
+}
+
 /* Whether this context's kernels read them as they lie (elsewhere each row is unpacked first). */
 static int lanes_native(const lm_tensor *w, const mm_scratch *s)
 {
@@ -239,7 +245,7 @@ static int64_t rows16_times_groups_vnni(float *out, const lm_tensor *w, int t0, 
             for (int i = 0; i < QROWS; i++) {
                 const uint8_t *raw = (const uint8_t *)w->data + (size_t)(c * 16 + m + i) * row_bytes;
                 lm_prefetch_ahead(raw, row_bytes, nt, nt == 1 ? s->ahead : LM_PREFETCH_BATCH);
-                if (w->layout == LM_LAYOUT_Q4_0_LANES && lm_row_b32_prepare(LM_Q4_0_LANES, raw, k, &r[i]))
+                if (b32_lanes_tag(w) && lm_row_b32_prepare(b32_lanes_tag(w), raw, k, &r[i]))
                     continue;
                 if (klanes_tag(w) && lanes_native(w, s) && lm_row_klanes_prepare(klanes_tag(w), raw, k, &r[i]))
                     continue;
@@ -400,7 +406,7 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
     if (in_lanes(w)) { /* rearranged: one token or a few, no permutes */
         if (!lanes_native(w, s) || !acts[t0].lanes)
             return 0;
-        lm_rows_lanes_vbmi(LM_Q4_0_LANES, row, rb, e - a, k, &acts[t0], nt, o, (size_t)rows);
+        lm_rows_lanes_vbmi(b32_lanes_tag(w), row, rb, e - a, k, &acts[t0], nt, o, (size_t)rows);
         return 1;
     }
     if (s->isa == LM_ISA_AVX2)

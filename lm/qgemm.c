@@ -265,6 +265,60 @@ AVX512 static void q4_0_lanes_prepare(const uint8_t *row, int64_t nb, int8_t *s8
     }
 }
 
+/*
+ * The index of a round of q8_0_lanes_step: output lane l of the pair's
+ * vector t takes this lane of the two inputs (the second's from 16).
+ */
+AVX512 static INLINE __m512i q8_0_round(int round, int t)
+{
+    int32_t ix[16];
+    for (int l = 0; l < 16; l++)
+        ix[l] = round == 0   ? 16 * (l >> 3) + 8 * t + (l & 7)
+                : round == 1 ? 16 * (l >> 2 & 1) + 8 * (l >> 3) + 4 * t + (l & 3)
+                             : 16 * (l & 1) + 8 * (l >> 2 & 1) + 4 * (l >> 1 & 1) + 2 * t + (l >> 3);
+    return _mm512_loadu_si512(ix);
+}
+
+/*
+ * A whole Q8_0 step in the lanes layout (repack.c: vector q holds codes
+ * 4q..4q+3 of block j in dword j, then the 16 scales) put as the file's
+ * blocks would be.  With element (q, j) at vector q, lane j, each round
+ * of two-table permutes trades a bit of the vector's index (q2, then q1,
+ * then q0) for one of the lane's (j3, j2, j1), the last also putting the
+ * lane's bits in order, so that vector p ends holding blocks 2p and 2p + 1.
+ */
+AVX512 static INLINE void q8_0_lanes_step(const uint8_t *st, int8_t *s8, int32_t *corr16, float *d)
+{
+    __m512i u[8], a[8], b[8], x[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++)
+        u[q] = _mm512_loadu_si512(st + lm_q8_0_lanes_codes(st) + 64 * q);
+    const __m512i a0 = q8_0_round(0, 0), a1 = q8_0_round(0, 1);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) { /* a[4 j3 + q]: lanes (q2 j2 j1 j0) */
+        a[q] = _mm512_permutex2var_epi32(u[q], a0, u[q + 4]);
+        a[q + 4] = _mm512_permutex2var_epi32(u[q], a1, u[q + 4]);
+    }
+    const __m512i b0 = q8_0_round(1, 0), b1 = q8_0_round(1, 1);
+#pragma GCC unroll 2
+    for (int j3 = 0; j3 < 2; j3++) /* b[4 j3 + 2 j2 + q0]: lanes (q2 q1 j1 j0) */
+#pragma GCC unroll 2
+        for (int q0 = 0; q0 < 2; q0++) {
+            b[4 * j3 + q0] = _mm512_permutex2var_epi32(a[4 * j3 + q0], b0, a[4 * j3 + 2 + q0]);
+            b[4 * j3 + 2 + q0] = _mm512_permutex2var_epi32(a[4 * j3 + q0], b1, a[4 * j3 + 2 + q0]);
+        }
+    const __m512i c0 = q8_0_round(2, 0), c1 = q8_0_round(2, 1), flip = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+    for (int p = 0; p < 8; p += 2) { /* x[p]: lanes (j0 q2 q1 q0), blocks 2p and 2p + 1 */
+        x[p] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[p], c0, b[p + 1]), flip);
+        x[p + 1] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[p], c1, b[p + 1]), flip);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        put_b32_4(x[2 * i], x[2 * i + 1], 128, s8, corr16, 4 * i);
+    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + lm_q8_0_lanes_scales(st)))));
+}
+
 /* Blocks b..b+3 of type t (bb bytes each) from p, put as put_b32_4 puts them, and their scales. */
 AVX512 static INLINE void b32_step4(uint32_t t, const uint8_t *p, int bb, int8_t *s8, int32_t *corr16, float *d,
                                     int64_t b)
@@ -292,8 +346,8 @@ AVX512 static INLINE void b32_step4(uint32_t t, const uint8_t *p, int bb, int8_t
 }
 
 /*
- * A Q4_0, Q5_0 or Q8_0 row straight from the file (or a Q4_0 row in the
- * lanes layout, t = LM_Q4_0_LANES) into the form the groups read (what
+ * A Q4_0, Q5_0 or Q8_0 row straight from the file (or a Q4_0 or Q8_0 row
+ * in its lanes layout, t = LM_Q4_0_LANES, LM_Q8_0_LANES) into the form the groups read (what
  * lm_qrow_decode and lm_trow_prepare_avx512 make of it, in one pass):
  * codes as signed bytes, -128 * (sum of every 16), and the block scales.
  * A row's last 1-3 blocks go through a step's worth of room: block by
@@ -303,19 +357,22 @@ AVX512 static INLINE void b32_step4(uint32_t t, const uint8_t *p, int bb, int8_t
  */
 AVX512 int lm_row_b32_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
-    if (t != LM_Q4_0 && t != LM_Q5_0 && t != LM_Q8_0 && t != LM_Q4_0_LANES)
+    if (t != LM_Q4_0 && t != LM_Q5_0 && t != LM_Q8_0 && t != LM_Q4_0_LANES && t != LM_Q8_0_LANES)
         return 0;
     const int64_t nb = k / 32;
     int8_t *s8 = r->s8; /* locals: the stores below cannot then move r's pointers */
     int32_t *corr16 = r->corr16;
     float *d = r->d;
-    r->type = t == LM_Q4_0_LANES ? LM_Q4_0 : t, r->k = k;
+    r->type = t == LM_Q4_0_LANES ? LM_Q4_0 : t == LM_Q8_0_LANES ? LM_Q8_0 : t, r->k = k;
     if (t == LM_Q4_0_LANES) {
         q4_0_lanes_prepare(row, nb, s8, corr16, d);
         return 1;
     }
-    const int bb = (int)lm_type_size(t); /* bytes a block */
     int64_t b = 0;
+    if (t == LM_Q8_0_LANES) /* its whole steps; the blocks past them are the file's */
+        for (t = LM_Q8_0; b + 16 <= nb; b += 16)
+            q8_0_lanes_step(row + 34 * b, s8 + 32 * b, corr16 + 2 * b, d + b);
+    const int bb = (int)lm_type_size(t); /* bytes a block */
     for (; b + 4 <= nb; b += 4)
         b32_step4(t, row + b * bb, bb, s8, corr16, d, b);
     if (b < nb) {

@@ -457,6 +457,15 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
         q8_0_lanes(w, m, u, dw);
         return;
     }
+    if (t == LM_Q8_0_LANES) { /* a whole step rearranged at load (repack.c): 8 vectors of codes and the scales */
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        const uint8_t *codes = w + lm_q8_0_lanes_codes(w);
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+            u[q] = _mm512_xor_si512(_mm512_loadu_si512(codes + 64 * q), flip);
+        *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + lm_q8_0_lanes_scales(w))));
+        return;
+    }
     if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, vectors of 4m bytes */
         const __m512i m4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
@@ -542,8 +551,9 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
         __m512i u[8];
         __m512 dw;
         const size_t step = t == LM_Q4_0_LANES && m == 16 ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
+        const uint32_t tm = t == LM_Q8_0_LANES && m < 16 ? LM_Q8_0 : t; /* (a row's last Q8_0 blocks: the file's) */
         lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
-        if (t == LM_Q8_0 && m <= 4) {
+        if (tm == LM_Q8_0 && m <= 4) {
             dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
 #pragma GCC unroll 8
             for (int i = 0; i < n; i++) {
@@ -553,7 +563,7 @@ VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, con
             }
             continue;
         }
-        b32_lanes(t, row + bs * (size_t)b, m, ix, u, &dw);
+        b32_lanes(tm, row + bs * (size_t)b, m, ix, u, &dw);
 #pragma GCC unroll 8
         for (int i = 0; i < n; i++) {
             const int8_t *qw = a[i].qw + 512 * (b / 16);
@@ -596,6 +606,7 @@ ROWS_LANES_TYPE(q4_0, LM_Q4_0)
 ROWS_LANES_TYPE(q5_0, LM_Q5_0)
 ROWS_LANES_TYPE(q8_0, LM_Q8_0)
 ROWS_LANES_TYPE(q4_0_lanes, LM_Q4_0_LANES)
+ROWS_LANES_TYPE(q8_0_lanes, LM_Q8_0_LANES)
 #undef ROWS_LANES_TYPE
 #undef ROWS_LANES_VARIANT
 
@@ -606,13 +617,15 @@ typedef void rows_lanes_fn(const uint8_t *, size_t, int64_t, int64_t, const act_
 VBMI void lm_rows_lanes_vbmi(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                              const act_row *a, int n, float *out, size_t ostride)
 {
-    static rows_lanes_fn *const by_count[4][8] = {
+    static rows_lanes_fn *const by_count[5][8] = {
         {rows_q4_0_1, rows_q4_0_2, rows_q4_0_3, rows_q4_0_4, rows_q4_0_5, rows_q4_0_6, rows_q4_0_7, rows_q4_0_8},
         {rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4, rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8},
         {rows_q8_0_1, rows_q8_0_2, rows_q8_0_3, rows_q8_0_4, rows_q8_0_5, rows_q8_0_6, rows_q8_0_7, rows_q8_0_8},
         {rows_q4_0_lanes_1, rows_q4_0_lanes_2, rows_q4_0_lanes_3, rows_q4_0_lanes_4, rows_q4_0_lanes_5,
-         rows_q4_0_lanes_6, rows_q4_0_lanes_7, rows_q4_0_lanes_8}};
-    const int ti = t == LM_Q4_0 ? 0 : t == LM_Q5_0 ? 1 : t == LM_Q8_0 ? 2 : 3;
+         rows_q4_0_lanes_6, rows_q4_0_lanes_7, rows_q4_0_lanes_8},
+        {rows_q8_0_lanes_1, rows_q8_0_lanes_2, rows_q8_0_lanes_3, rows_q8_0_lanes_4, rows_q8_0_lanes_5,
+         rows_q8_0_lanes_6, rows_q8_0_lanes_7, rows_q8_0_lanes_8}};
+    const int ti = t == LM_Q4_0 ? 0 : t == LM_Q5_0 ? 1 : t == LM_Q8_0 ? 2 : t == LM_Q4_0_LANES ? 3 : 4;
     for (int t0 = 0; t0 < n; t0 += 8) {
         int c = n - t0 < 8 ? n - t0 : 8;
         by_count[ti][c - 1](row0, rb, nr, k, a + t0, out + (size_t)t0 * ostride, ostride);

@@ -1,5 +1,5 @@
 /*
- * lm/repack.c - Q4_0, Q5_0, Q5_1, Q4_K and Q6_K rows rearranged, in place, for
+ * lm/repack.c - Q4_0, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K rows rearranged, in place, for
  * the kernels that read them fastest so (qrow_vbmi.c's row_lanes,
  * qrow_klanes.c, qdot_avx2.c).
  *
@@ -48,6 +48,15 @@
  * t/s; smollm2-135m Q4_K_M (576 columns) and prompts level.  Q5_1 (24-byte
  * blocks, Q5_K's fallback where rows cannot hold super-blocks) the same,
  * its mins after the scales: smollm2 Q5_1 generating 73-77 -> 86-96 t/s.
+ *
+ * Q8_0 (AVX-512 with VBMI, no AMX): a whole step's 16 blocks with the
+ * codes as vectors, block j's codes 4q..4q+3 at 64q + 4j, then the scales
+ * (or the scales first, where that puts the codes on a line's start:
+ * internal.h, lm_q8_0_lanes_codes); a row's last blocks past its whole
+ * steps stay as the file has them.  As the file has them a step cost the
+ * one-token kernel three rounds of eight two-table permutes to transpose
+ * (rows of 2048 from L2, one thread: 44 -> 65 GB/s laid out); a batch
+ * transposes each step back once a row (qgemm.c, q8_0_lanes_step).
  *
  * Q4_K and Q6_K: a super-block's 256 codes come in groups (8 of 32, 16 of
  * 16) with a scale each.  As the file has them, a 32-bit lane of the
@@ -115,6 +124,44 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; b += STEP_BLOCKS)
         lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, lm_lanes_step_blocks(nb, b));
+}
+
+/*
+ * A whole Q8_0 step (16 blocks of 34 bytes) into its lanes layout, in
+ * place (internal.h: lm_q8_0_lanes_codes).  A row's last blocks past its
+ * whole steps stay as the file has them.
+ */
+void lm_q8_0_to_lanes(uint8_t *step)
+{
+    uint8_t in[LM_Q8_0_STEP_BYTES];
+    memcpy(in, step, sizeof in);
+    uint8_t *codes = step + lm_q8_0_lanes_codes(step), *scales = step + lm_q8_0_lanes_scales(step);
+    for (int j = 0; j < STEP_BLOCKS; j++) {
+        const uint8_t *blk = in + 34 * j;
+        for (int q = 0; q < 8; q++)
+            memcpy(codes + 64 * q + 4 * j, blk + 2 + 4 * q, 4);
+        memcpy(scales + 2 * j, blk, 2);
+    }
+}
+
+/* A whole Q8_0 step in the lanes layout back into the file's layout at out. */
+void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out)
+{
+    const uint8_t *codes = step + lm_q8_0_lanes_codes(step), *scales = step + lm_q8_0_lanes_scales(step);
+    for (int j = 0; j < STEP_BLOCKS; j++) {
+        for (int q = 0; q < 8; q++)
+            memcpy(out + 34 * j + 2 + 4 * q, codes + 64 * q + 4 * j, 4);
+        memcpy(out + 34 * j, scales + 2 * j, 2);
+    }
+}
+
+/* A Q8_0 row in the lanes layout back into the file's layout at dst. */
+static void q8_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
+{
+    const int64_t whole = k / 32 / STEP_BLOCKS;
+    for (int64_t s = 0; s < whole; s++)
+        lm_q8_0_step_from_lanes(row + LM_Q8_0_STEP_BYTES * s, dst + LM_Q8_0_STEP_BYTES * s);
+    memcpy(dst + LM_Q8_0_STEP_BYTES * whole, row + LM_Q8_0_STEP_BYTES * whole, (size_t)(k / 32 % STEP_BLOCKS) * 34);
 }
 
 /*
@@ -318,6 +365,7 @@ uint32_t lm_layout_type(int layout)
            : layout == LM_LAYOUT_Q6_K_LANES ? LM_Q6_K
            : layout == LM_LAYOUT_Q5_0_LANES ? LM_Q5_0
            : layout == LM_LAYOUT_Q5_1_LANES ? LM_Q5_1
+           : layout == LM_LAYOUT_Q8_0_LANES ? LM_Q8_0
                                             : 0;
 }
 
@@ -332,6 +380,9 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
             lm_q4_0_to_lanes(unit + 18 * b, lm_lanes_step_blocks(k / 32, b));
+    else if (layout == LM_LAYOUT_Q8_0_LANES)
+        for (int64_t s = 0; s < k / 32 / STEP_BLOCKS; s++)
+            lm_q8_0_to_lanes(unit + LM_Q8_0_STEP_BYTES * s);
     else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES) {
         const uint32_t t = lm_layout_type(layout);
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
@@ -345,6 +396,8 @@ void lm_layout_undo(int layout, const uint8_t *row, uint8_t *dst, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         lm_q4_0_from_lanes(row, dst, k);
+    else if (layout == LM_LAYOUT_Q8_0_LANES)
+        q8_0_from_lanes(row, dst, k);
     else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES)
         q5_from_lanes(row, dst, k, lm_layout_type(layout));
     else
@@ -393,6 +446,20 @@ int lm_klanes_layout_native(uint32_t t)
 #endif
 }
 
+/*
+ * Whether rearranged Q8_0 rows are read natively: by AVX-512 VBMI's
+ * kernels (qrow_vbmi.c; a batch's groups, qgemm.c), where AMX does not
+ * take the prompts (its tiles read Q8_0 rows as the file has them).
+ */
+int lm_q8_0_lanes_native(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return !getenv("KVCHAT_ISA") && lm_cpu_isa() >= LM_ISA_AVX512 && lm_cpu_vbmi() && !lm_cpu_amx();
+#else
+    return 0;
+#endif
+}
+
 /* Whether rearranged Q5_0 rows are read natively: where AVX2 is the widest (qdot_avx2.c, qgemm_avx2.c). */
 int lm_q5_0_lanes_native(void)
 {
@@ -412,7 +479,7 @@ int lm_q5_0_lanes_native(void)
  * they are also the output matrix (tied), as a lookup reads one row a
  * token and unpacks it first.
  */
-static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5_0, int k_tails, int tied)
+static int layout_for(const gguf_tensor *t, int q4_0, int q8_0, int q4_k, int q6_k, int q5_0, int k_tails, int tied)
 {
     for (uint32_t i = 2; i < t->n_dims; i++)
         if (t->ne[i] != 1)
@@ -423,6 +490,9 @@ static int layout_for(const gguf_tensor *t, int q4_0, int q4_k, int q6_k, int q5
     if (q4_0 && t->type == LM_Q4_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 18))
         return LM_LAYOUT_Q4_0_LANES;
+    if (q8_0 && t->type == LM_Q8_0 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS && rows % 16 == 0 &&
+        t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * 34))
+        return LM_LAYOUT_Q8_0_LANES;
     const int q5 = q5_0 && (t->type == LM_Q5_0 || t->type == LM_Q5_1);
     if (q5 && t->ne[0] % 32 == 0 && t->ne[0] >= 32 * STEP_BLOCKS &&
         t->nbytes == rows * (uint64_t)(t->ne[0] / 32 * lm_b32_block_bytes(t->type)))
@@ -498,13 +568,14 @@ int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
        its 16-token prompts run slower so (165-180 against 198-205) */
     const int q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx(), q5_0 = lm_q5_0_lanes_native();
     const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
+    const int q8_0 = lm_q8_0_lanes_native();
     int tied = 1; /* no output matrix: the embeddings serve as one */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         tied = tied && strcmp(g->tensors[i].name, "output.weight") != 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         const int inside = t->offset <= size && t->nbytes <= size - t->offset;
-        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q4_k, q6_k, q5_0, k_tails, tied) : LM_LAYOUT_FILE);
+        layout[i] = (uint8_t)(inside ? layout_for(t, q4_0, q8_0, q4_k, q6_k, q5_0, k_tails, tied) : LM_LAYOUT_FILE);
     }
-    return q4_0 || q4_k || q6_k || q5_0 ? keep_alone(g, layout) : 0;
+    return q4_0 || q8_0 || q4_k || q6_k || q5_0 ? keep_alone(g, layout) : 0;
 }

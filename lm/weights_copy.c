@@ -26,10 +26,10 @@
  * Nothing is copied when the kernel gives no huge pages, when the copy
  * would take more than half the memory available (models larger than RAM
  * stay mapped and read from the file), or when KVCHAT_MMAP is set.
- * Where the kernels read them faster so, Q4_0, Q4_K and Q6_K matrices are
- * rearranged as they are copied (repack.c), each unit (a Q4_0 step, a
- * K-quant row) before the copy counts it done; a tensor adopted with its
- * data takes its layout.
+ * Where the kernels read them faster so, Q4_0, Q8_0, Q4_K and Q6_K matrices
+ * are rearranged as they are copied (repack.c), each unit (a row) before
+ * the copy counts it done, in place (a Q8_0 step's order depends on where
+ * it lies); a tensor adopted with its data takes its layout.
  */
 #include "internal.h"
 

@@ -406,7 +406,7 @@ static float *eval_paused(const lm_model *m, const int32_t *ids, int n, int paus
 
 START_TEST(test_weights_copy)
 {
-    static const char *const models[] = {"gemma2-t512-Q6_K", "llama-t512-Q4_0"};
+    static const char *const models[] = {"gemma2-t512-Q6_K", "llama-t512-Q4_0", "llama-tied-t512-Q8_0"};
     char rel[200];
     snprintf(rel, sizeof rel, "reference/%s/model.gguf", models[_i]);
     char *mp = shared_path(rel);
@@ -447,7 +447,8 @@ START_TEST(test_weights_copy)
         ck_assert_msg(!memcmp(bytes, t->data, (size_t)t->nbytes), "%s differs", t->name);
         free(back);
     }
-    if (lm_weights_copied(&settled) && lm_lanes_layout_native() && strstr(models[_i], "Q4_0"))
+    if (lm_weights_copied(&settled) && ((lm_lanes_layout_native() && strstr(models[_i], "Q4_0")) ||
+                                        (lm_q8_0_lanes_native() && strstr(models[_i], "Q8_0"))))
         ck_assert_msg(in_lanes > 0, "%s: no matrix in the lanes layout", models[_i]);
     const int whole[] = {300};
     float *a = eval_split(&mapped, ids, n, whole, 1, 2, LM_KV_F32);
@@ -479,6 +480,6 @@ TCase *tcase_engine(void)
     tcase_add_test(tc, test_cli_logits_identical);
     tcase_add_test(tc, test_sliding_window);
     tcase_add_test(tc, test_fast_paths_end_to_end);
-    tcase_add_loop_test(tc, test_weights_copy, 0, 2);
+    tcase_add_loop_test(tc, test_weights_copy, 0, 3);
     return tc;
 }

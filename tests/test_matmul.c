@@ -226,7 +226,7 @@ static void to_layout(int layout, uint8_t *m, int64_t k, int rows)
 }
 
 /*
- * Q4_0, Q5_0, Q5_1, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
+ * Q4_0, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K rows in their lanes layouts (lm/repack.c): the layout
  * gives back the file's bytes, and a matrix in it multiplies to the bytes
  * the file's layout gives, for one token, a few and a batch (the lanes
  * kernels and the groups of 16), and again where the context's kernels do
@@ -254,9 +254,13 @@ START_TEST(test_matmul_lanes_layout)
         {LM_LAYOUT_Q5_0_LANES, LM_Q5_0, 1184}, /* 5 past: a group of four and one alone */
         {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 512},  {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 576},
         {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 896},  {LM_LAYOUT_Q5_1_LANES, LM_Q5_1, 1184},
+        {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, 512},  {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, 2048},
+        {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, KL},   {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, 576}, /* 2 blocks past */
+        {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, 1184}, {LM_LAYOUT_Q8_0_LANES, LM_Q8_0, 896}, /* 5 and 12 past */
     };
     static const int counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 15, 16, 17, 23, 24, 33, NT};
-    static uint8_t file[ROWS * KL], lanes[ROWS * KL], back[ROWS * KL];
+    enum { RB = KL / 32 * 34 }; /* the longest row's bytes: Q8_0's */
+    static uint8_t file[ROWS * RB], lanes[ROWS * RB], back[ROWS * RB];
     static float x[NT * KL], want[NT * ROWS], got[NT * ROWS];
     uint64_t seed = 41;
     for (int i = 0; i < NT * KL; i++)
@@ -323,9 +327,9 @@ START_TEST(test_matmul_lanes_layout)
 END_TEST
 
 /*
- * Which tensors the weights' copy lays out in lanes: Q4_0 matrices of a
- * 16-block step a row or more in rows 16 at a time, where the kernels read
- * them natively; the embeddings only when tied (no output.weight); never a
+ * Which tensors the weights' copy lays out in lanes: Q4_0 (and Q8_0)
+ * matrices of a 16-block step a row or more in rows 16 at a time, where
+ * the kernels read them natively; the embeddings only when tied (no output.weight); never a
  * tensor past the data section, or one that shares bytes with another.
  */
 START_TEST(test_lanes_plan)
@@ -339,7 +343,7 @@ START_TEST(test_lanes_plan)
         {"token_embd.weight", 2, {512, 16, 1, 1}, LM_Q4_0, 60 * STEP, 16 * STEP, NULL},
         {"e", 2, {512, 8, 1, 1}, LM_Q4_0, 80 * STEP, 8 * STEP, NULL},          /* 8 rows */
         {"f", 2, {768, 16, 1, 1}, LM_Q4_0, 90 * STEP, 24 * STEP, NULL},        /* 1.5 steps a row: fits */
-        {"g", 2, {512, 16, 1, 1}, LM_Q8_0, 120 * STEP, 16 * 544, NULL},        /* Q8_0 */
+        {"g", 2, {512, 16, 1, 1}, LM_Q8_0, 120 * STEP, 16 * 544, NULL},        /* Q8_0: its own */
         {"h", 3, {512, 16, 2, 1}, LM_Q4_0, 168 * STEP, 32 * STEP, NULL},       /* 3-D */
         {"j", 2, {480, 16, 1, 1}, LM_Q4_0, 151 * STEP, 15 * STEP, NULL},       /* under a step a row */
         {"i", 2, {512, 16, 1, 1}, LM_Q4_0, 200 * STEP, 16 * STEP, NULL},       /* fits, at the section's end */
@@ -351,8 +355,10 @@ START_TEST(test_lanes_plan)
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 216 * STEP, got), 0);
     const int native = lm_lanes_layout_native();
-    for (int i = 0; i < n; i++)
-        ck_assert_msg(got[i] == (want[i] && native), "tensor %s: %d", t[i].name, got[i]);
+    for (int i = 0; i < n; i++) {
+        const int q8 = t[i].type == LM_Q8_0 && lm_q8_0_lanes_native();
+        ck_assert_msg(got[i] == (q8 ? LM_LAYOUT_Q8_0_LANES : want[i] && native), "tensor %s: %d", t[i].name, got[i]);
+    }
     ck_assert_int_eq(lm_lanes_plan(&g, 215 * STEP, got), 0); /* i now ends past the section */
     ck_assert_int_eq(got[n - 2], 0);
     g.n_tensors = n - 1; /* without an output matrix the embeddings serve as one */
