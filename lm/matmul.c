@@ -313,7 +313,7 @@ static int64_t rows16_times_groups(float *out, const lm_tensor *w, int t0, int n
     lm_amx_begin(w->type);
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < rows / 16; c++) {
-        if (w->type == LM_Q8_0)
+        if (w->type == LM_Q8_0 && !in_lanes(w)) /* (the tiles read Q8_0 rows as the file has them) */
             lm_rows16_point_q8_0(p, (const uint8_t *)w->data + (size_t)c * 16 * rb, rb);
         else
             for (int m = 0; m < 16; m++)
