@@ -343,23 +343,10 @@ void lm_q4_0_to_lanes(uint8_t *step, int m);                            /* m blo
 void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m); /* to the file's */
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
 /*
- * A whole Q8_0 lanes step (16 blocks, 544 bytes): 512 bytes of codes,
- * vector q holding codes 4q..4q+3 of block j at 4j, and the 16 f16 scales,
- * after the codes or, where that puts the codes on a cache line's start,
- * before them.  Steps are 8.5 lines, so every other one starts mid-line,
- * and 64-byte loads across two lines cost more than the layout saves (Zen
- * 5, one thread, tinyllama Q8_0 generating: 19.8-22.7 t/s against the
- * file's kernel's 23.6-25.2; with the codes on line starts, level with it
- * there and ahead on two threads).
+ * A whole Q8_0 lanes step (16 blocks, 544 bytes): vector q of its codes
+ * holds codes 4q..4q+3 of block j at 4j, and the 16 f16 scales come after
+ * the codes or before them (lm_lanes_codes).
  */
-static inline size_t lm_q8_0_lanes_codes(const uint8_t *step)
-{
-    return ((uintptr_t)step & 63) == 32 ? 32 : 0;
-}
-static inline size_t lm_q8_0_lanes_scales(const uint8_t *step)
-{
-    return lm_q8_0_lanes_codes(step) ? 0 : 512;
-}
 void lm_q8_0_to_lanes(uint8_t *step);                                  /* a whole step, in place */
 void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out);       /* to the file's */
 /*
@@ -371,10 +358,25 @@ void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out);       /* to the
  */
 #define LM_Q5_0_FIFTH(m) (16 * (size_t)(m))
 #define LM_Q5_1_MINS(m) (22 * (size_t)(m))
-/* Where a Q4_0 (t), Q5_0 or Q5_1 lanes step of m blocks keeps its scales: after the nibbles (and fifth bits). */
-static inline size_t lm_lanes_scales(uint32_t t, int m)
+/*
+ * Where a Q4_0, Q5_0, Q5_1 or (whole) Q8_0 lanes step of m blocks at
+ * `step` keeps its codes, and its scales: after the codes (and fifth
+ * bits), but where a whole Q4_0 or Q8_0 step starts mid-line (they are 4.5
+ * and 8.5 lines long, so every other one does where a row starts on a
+ * line), before them, so that the code vectors start on lines: a 64-byte
+ * load across two lines cost the one-token kernels more than they read
+ * (Zen 5, tinyllama Q8_0, one thread: 19.8-22.7 t/s against the file's
+ * kernel's 23.6-25.2, level with it on lines; Q4_0, two threads: 71-79%
+ * of the machine's reads against 79-87% on lines).  The copy lays a step
+ * out where it is read (weights_copy.c), so the place is where it lies.
+ */
+static inline size_t lm_lanes_codes(uint32_t t, const uint8_t *step, int m)
 {
-    return (t == LM_Q4_0 ? 16 : 20) * (size_t)m;
+    return (t == LM_Q4_0 || t == LM_Q8_0) && m == 16 && ((uintptr_t)step & 63) == 32 ? 32 : 0;
+}
+static inline size_t lm_lanes_scales(uint32_t t, const uint8_t *step, int m)
+{
+    return lm_lanes_codes(t, step, m) ? 0 : (t == LM_Q4_0 ? 16 : t == LM_Q8_0 ? 32 : 20) * (size_t)m;
 }
 uint32_t lm_layout_type(int layout);                           /* LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_Q5_0, LM_Q5_1 */
 size_t lm_layout_unit(int layout, int64_t k);                   /* bytes rearranged at once */

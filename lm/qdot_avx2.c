@@ -443,7 +443,7 @@ AVX2 static INLINE __m256 layout8_avx2(uint32_t t, const uint8_t *step, const in
     __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* Q5: lows, highs apart */
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        const __m256i x = first_dwords(step + 4 * m * q + 32 * h, c);
+        const __m256i x = first_dwords(step + lm_lanes_codes(t, step, m) + 4 * m * q + 32 * h, c);
         __m256i l = _mm256_and_si256(x, m4), u = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
         if (q5)
             q5_lanes_codes(x, fifth, q, &l, &u);
@@ -455,7 +455,7 @@ AVX2 static INLINE __m256 layout8_avx2(uint32_t t, const uint8_t *step, const in
     __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_loadu_si256((const __m256i *)(a->ncw + b)));
     if (q5)
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p[1], ones));
-    const uint8_t *d = step + lm_lanes_scales(t, m) + 16 * h;
+    const uint8_t *d = step + lm_lanes_scales(t, step, m) + 16 * h;
     const __m256 dw = _mm256_cvtph_ps(c == 8 ? _mm_loadu_si128((const __m128i *)d) : block_scales8_words(d, 2, c));
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, first8_ps(a->d + b, c)), _mm256_cvtepi32_ps(sums), acc);
 }

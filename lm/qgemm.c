@@ -235,15 +235,16 @@ AVX512 static INLINE void q4_0_lanes_step(const uint8_t *st, int m, int8_t *s8, 
     const __m512i pair_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     const __m512i quad_lo = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), quad_hi = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
     const __mmask16 have = (__mmask16)((1u << m) - 1);
-    const __m512i v0 = _mm512_maskz_loadu_epi32(have, st), v1 = _mm512_maskz_loadu_epi32(have, st + 4 * m);
-    const __m512i v2 = _mm512_maskz_loadu_epi32(have, st + 8 * m), v3 = _mm512_maskz_loadu_epi32(have, st + 12 * m);
+    const uint8_t *c = st + lm_lanes_codes(LM_Q4_0, st, m);
+    const __m512i v0 = _mm512_maskz_loadu_epi32(have, c), v1 = _mm512_maskz_loadu_epi32(have, c + 4 * m);
+    const __m512i v2 = _mm512_maskz_loadu_epi32(have, c + 8 * m), v3 = _mm512_maskz_loadu_epi32(have, c + 12 * m);
     const __m512i a_lo = _mm512_permutex2var_epi32(v0, pair_lo, v1), a_hi = _mm512_permutex2var_epi32(v0, pair_hi, v1);
     const __m512i c_lo = _mm512_permutex2var_epi32(v2, pair_lo, v3), c_hi = _mm512_permutex2var_epi32(v2, pair_hi, v3);
     put_q4_0_4(_mm512_permutex2var_epi64(a_lo, quad_lo, c_lo), s8, corr16, 0);
     put_q4_0_4(_mm512_permutex2var_epi64(a_lo, quad_hi, c_lo), s8, corr16, 4);
     put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_lo, c_hi), s8, corr16, 8);
     put_q4_0_4(_mm512_permutex2var_epi64(a_hi, quad_hi, c_hi), s8, corr16, 12);
-    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(have, st + lm_lanes_scales(LM_Q4_0, m))));
+    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(have, st + lm_lanes_scales(LM_Q4_0, st, m))));
 }
 
 /*
@@ -292,7 +293,7 @@ AVX512 static INLINE void q8_0_lanes_step(const uint8_t *st, int8_t *s8, int32_t
     __m512i u[8], a[8], b[8], x[8];
 #pragma GCC unroll 8
     for (int q = 0; q < 8; q++)
-        u[q] = _mm512_loadu_si512(st + lm_q8_0_lanes_codes(st) + 64 * q);
+        u[q] = _mm512_loadu_si512(st + lm_lanes_codes(LM_Q8_0, st, 16) + 64 * q);
     const __m512i a0 = q8_0_round(0, 0), a1 = q8_0_round(0, 1);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* a[4 j3 + q]: lanes (q2 j2 j1 j0) */
@@ -316,7 +317,7 @@ AVX512 static INLINE void q8_0_lanes_step(const uint8_t *st, int8_t *s8, int32_t
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         put_b32_4(x[2 * i], x[2 * i + 1], 128, s8, corr16, 4 * i);
-    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + lm_q8_0_lanes_scales(st)))));
+    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(st + lm_lanes_scales(LM_Q8_0, st, 16)))));
 }
 
 /* Blocks b..b+3 of type t (bb bytes each) from p, put as put_b32_4 puts them, and their scales. */

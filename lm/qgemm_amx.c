@@ -129,7 +129,7 @@ AVX512 static INLINE void q4_0_lanes_s8(int8_t *s8, float *d, const uint8_t *ste
     __m512i lo[4], hi[4], a[4], b[4];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        const __m512i x = _mm512_loadu_si512(step + 64 * q);
+        const __m512i x = _mm512_loadu_si512(step + lm_lanes_codes(LM_Q4_0, step, 16) + 64 * q);
         lo[q] = _mm512_sub_epi8(_mm512_and_si512(x, m4), eight);
         hi[q] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), eight);
     }
@@ -145,7 +145,7 @@ AVX512 static INLINE void q4_0_lanes_s8(int8_t *s8, float *d, const uint8_t *ste
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (8 + r)), _mm512_castsi512_si256(z1));
         _mm256_storeu_si256((__m256i *)(s8 + 32 * (12 + r)), _mm512_extracti64x4_epi64(z1, 1));
     }
-    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(step + lm_lanes_scales(LM_Q4_0, 16)))));
+    _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(step + lm_lanes_scales(LM_Q4_0, step, 16)))));
 }
 
 /*

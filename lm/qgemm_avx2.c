@@ -204,8 +204,8 @@ AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, in
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* each vector stored as it comes: 16 at once spilled */
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++)
-            p[r] = step + r * rb + 4 * (size_t)m * q + 4 * j;
+        for (int r = 0; r < 8; r++) /* (each row's step where it lies: lm_lanes_codes) */
+            p[r] = step + r * rb + lm_lanes_codes(q5 ? LM_Q5_0 : LM_Q4_0, step + r * rb, m) + 4 * (size_t)m * q + 4 * j;
         c == 4 ? transpose8x4(p, x) : transpose8x4_first(p, c, x);
 #pragma GCC unroll 4
         for (int s = 0; s < c; s++) { /* block j + s */
@@ -216,6 +216,16 @@ AVX2 static INLINE void layout_four(uint8_t *dst, const uint8_t *step, int m, in
             _mm256_storeu_si256((__m256i *)(dst + 256 * s + 32 * (q + 4)), hi);
         }
     }
+}
+
+/* Block j's scales of a lanes step of m blocks in eight rows (rb bytes apart), each row's where it lies. */
+AVX2 static INLINE __m256 layout_scales8(uint32_t t, const uint8_t *step, int m, int j, size_t rb)
+{
+    uint16_t h[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        memcpy(&h[r], step + r * rb + lm_lanes_scales(t, step + r * rb, m) + 2 * j, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 /* Q4_0, Q5_0 or Q5_1 rows in their lanes layouts (tag: LM_Q4_0_LANES..): codes, scales, Q5_1's mins. */
@@ -236,7 +246,7 @@ AVX2 static INLINE void unpack_layout(rows8 *w, uint32_t tag, const uint8_t *row
            first, 16384 Q4_0 rows of 2048 from memory took 3.8 ms to unpack on one core, 2.9 in
            the file's layout and so now */
         for (int j = 0; j < m; j++) {
-            _mm256_storeu_ps(w->d + (b0 + j) * 8, halves8(step + lm_lanes_scales(t, m) + 2 * j, rb));
+            _mm256_storeu_ps(w->d + (b0 + j) * 8, layout_scales8(t, step, m, j, rb));
             if (t == LM_Q5_1)
                 _mm256_storeu_ps(w->m + (b0 + j) * 8, halves8(step + LM_Q5_1_MINS(m) + 2 * j, rb));
         }

@@ -459,22 +459,23 @@ VBMI static INLINE void b32_lanes(uint32_t t, const uint8_t *w, int m, const lan
     }
     if (t == LM_Q8_0_LANES) { /* a whole step rearranged at load (repack.c): 8 vectors of codes and the scales */
         const __m512i flip = _mm512_set1_epi8((char)0x80);
-        const uint8_t *codes = w + lm_q8_0_lanes_codes(w);
+        const uint8_t *codes = w + lm_lanes_codes(LM_Q8_0, w, 16);
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++)
             u[q] = _mm512_xor_si512(_mm512_loadu_si512(codes + 64 * q), flip);
-        *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + lm_q8_0_lanes_scales(w))));
+        *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + lm_lanes_scales(LM_Q8_0, w, 16))));
         return;
     }
     if (t == LM_Q4_0_LANES) { /* rearranged at load (repack.c): already in lanes, vectors of 4m bytes */
         const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const uint8_t *codes = w + lm_lanes_codes(LM_Q4_0, w, m);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            const __m512i x = m == 16 ? load_once512(w + 64 * q) : _mm512_maskz_loadu_epi8(first_bytes(4 * m), w + 4 * m * q);
+            const __m512i x = m == 16 ? load_once512(codes + 64 * q) : _mm512_maskz_loadu_epi8(first_bytes(4 * m), codes + 4 * m * q);
             u[q] = _mm512_and_si512(x, m4);
             u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
         }
-        const uint8_t *d = w + lm_lanes_scales(LM_Q4_0, m);
+        const uint8_t *d = w + lm_lanes_scales(LM_Q4_0, w, m);
         *dw = _mm512_cvtph_ps(m == 16 ? _mm256_loadu_si256((const __m256i *)d)
                                       : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), d));
         return;

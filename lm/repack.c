@@ -13,10 +13,12 @@
  * and 9% faster; generation from memory, bound by memory, level).
  *
  * The layout keeps every step of 16 blocks in its 288 bytes, so a row, its
- * size and its offsets stay the file's: bytes 64q + 4j..+3 of the step are
- * nibble bytes 4q..4q+3 of block j (q < 4, j < 16), then bytes 256 + 2j,
- * 257 + 2j are block j's f16 scale; a row's last m < 16 blocks are a
- * step of their own in the same order (vectors of 4m bytes, then m
+ * size and its offsets stay the file's: bytes 64q + 4j..+3 of the step's
+ * codes are nibble bytes 4q..4q+3 of block j (q < 4, j < 16), and bytes
+ * 2j, 2j + 1 of its scales are block j's f16 scale, the scales after the
+ * codes or, where the step starts mid-line, before them, so that the codes
+ * start on a line (internal.h, lm_lanes_codes); a row's last m < 16 blocks
+ * are a step of their own in the same order (vectors of 4m bytes, then m
  * scales).  Only matrices whose rows come 16 at a time and
  * hold a step at least are rearranged, and only where
  * the kernels that read them run (AVX-512 with VBMI, or AVX2; where AMX takes the
@@ -52,7 +54,7 @@
  * Q8_0 (AVX-512 with VBMI, no AMX): a whole step's 16 blocks with the
  * codes as vectors, block j's codes 4q..4q+3 at 64q + 4j, then the scales
  * (or the scales first, where that puts the codes on a line's start:
- * internal.h, lm_q8_0_lanes_codes); a row's last blocks past its whole
+ * internal.h, lm_lanes_codes); a row's last blocks past its whole
  * steps stay as the file has them.  As the file has them a step cost the
  * one-token kernel three rounds of eight two-table permutes to transpose
  * (rows of 2048 from L2, one thread: 44 -> 65 GB/s laid out); a batch
@@ -93,28 +95,31 @@
 
 /*
  * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
- * into the lanes layout, in place: vector q (4m bytes) holds nibble bytes
- * 4q..4q+3 of block j at 4j, then the m f16 scales.
+ * into the lanes layout, in place: vector q (4m bytes) of the codes holds
+ * nibble bytes 4q..4q+3 of block j at 4j, and the m f16 scales come after
+ * the codes (or before them: internal.h, lm_lanes_codes).
  */
 void lm_q4_0_to_lanes(uint8_t *step, int m)
 {
     uint8_t in[STEP_BYTES];
     memcpy(in, step, 18 * (size_t)m);
+    uint8_t *codes = step + lm_lanes_codes(LM_Q4_0, step, m), *scales = step + lm_lanes_scales(LM_Q4_0, step, m);
     for (int j = 0; j < m; j++) {
         const uint8_t *blk = in + 18 * j;
         for (int q = 0; q < 4; q++)
-            memcpy(step + 4 * m * q + 4 * j, blk + 2 + 4 * q, 4);
-        memcpy(step + lm_lanes_scales(LM_Q4_0, m) + 2 * j, blk, 2);
+            memcpy(codes + 4 * m * q + 4 * j, blk + 2 + 4 * q, 4);
+        memcpy(scales + 2 * j, blk, 2);
     }
 }
 
 /* A step of m blocks in the lanes layout back into the file's layout at out. */
 void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m)
 {
+    const uint8_t *codes = step + lm_lanes_codes(LM_Q4_0, step, m), *scales = step + lm_lanes_scales(LM_Q4_0, step, m);
     for (int j = 0; j < m; j++) {
         for (int q = 0; q < 4; q++)
-            memcpy(out + 18 * j + 2 + 4 * q, step + 4 * m * q + 4 * j, 4);
-        memcpy(out + 18 * j, step + lm_lanes_scales(LM_Q4_0, m) + 2 * j, 2);
+            memcpy(out + 18 * j + 2 + 4 * q, codes + 4 * m * q + 4 * j, 4);
+        memcpy(out + 18 * j, scales + 2 * j, 2);
     }
 }
 
@@ -128,14 +133,14 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
 
 /*
  * A whole Q8_0 step (16 blocks of 34 bytes) into its lanes layout, in
- * place (internal.h: lm_q8_0_lanes_codes).  A row's last blocks past its
+ * place (internal.h: lm_lanes_codes).  A row's last blocks past its
  * whole steps stay as the file has them.
  */
 void lm_q8_0_to_lanes(uint8_t *step)
 {
     uint8_t in[LM_Q8_0_STEP_BYTES];
     memcpy(in, step, sizeof in);
-    uint8_t *codes = step + lm_q8_0_lanes_codes(step), *scales = step + lm_q8_0_lanes_scales(step);
+    uint8_t *codes = step + lm_lanes_codes(LM_Q8_0, step, 16), *scales = step + lm_lanes_scales(LM_Q8_0, step, 16);
     for (int j = 0; j < STEP_BLOCKS; j++) {
         const uint8_t *blk = in + 34 * j;
         for (int q = 0; q < 8; q++)
@@ -147,7 +152,7 @@ void lm_q8_0_to_lanes(uint8_t *step)
 /* A whole Q8_0 step in the lanes layout back into the file's layout at out. */
 void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out)
 {
-    const uint8_t *codes = step + lm_q8_0_lanes_codes(step), *scales = step + lm_q8_0_lanes_scales(step);
+    const uint8_t *codes = step + lm_lanes_codes(LM_Q8_0, step, 16), *scales = step + lm_lanes_scales(LM_Q8_0, step, 16);
     for (int j = 0; j < STEP_BLOCKS; j++) {
         for (int q = 0; q < 8; q++)
             memcpy(out + 34 * j + 2 + 4 * q, codes + 64 * q + 4 * j, 4);
@@ -208,7 +213,7 @@ static void q5_to_lanes(uint8_t *step, int m, uint32_t t)
         for (int q = 0; q < 4; q++)
             memcpy(step + 4 * m * q + 4 * j, blk + at + 4 + 4 * q, 4);
         memcpy(step + LM_Q5_0_FIFTH(m) + 4 * j, &qh, 4);
-        memcpy(step + lm_lanes_scales(t, m) + 2 * j, blk, 2);
+        memcpy(step + lm_lanes_scales(t, step, m) + 2 * j, blk, 2);
         if (five_one)
             memcpy(step + LM_Q5_1_MINS(m) + 2 * j, blk + 2, 2);
     }
@@ -226,7 +231,7 @@ static void q5_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k, uint32_t 
             uint32_t qh;
             memcpy(&qh, step + LM_Q5_0_FIFTH(m) + 4 * j, 4);
             qh = fifth_bits_gathered(qh);
-            memcpy(out, step + lm_lanes_scales(t, m) + 2 * j, 2);
+            memcpy(out, step + lm_lanes_scales(t, step, m) + 2 * j, 2);
             if (five_one)
                 memcpy(out + 2, step + LM_Q5_1_MINS(m) + 2 * j, 2);
             memcpy(out + at, &qh, 4);
