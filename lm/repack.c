@@ -477,7 +477,7 @@ int lm_q5_0_lanes_native(void)
 
 /*
  * The layout tensor t takes where the kernels read both natively: Q4_0
- * matrices of a step a row at least, in rows that come 16 at a time, Q5_0
+ * (and Q8_0) matrices of a step a row at least, in rows that come 16 at a time, Q5_0
  * matrices of a step a row at least, Q4_K ones (and Q6_K ones where the
  * CPU has AMX) of whole steps (4 super-blocks; where AVX2 is the widest, k_tails, Q4_K ones whose
  * whole steps hold three quarters of a row at least); the embeddings only where

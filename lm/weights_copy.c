@@ -28,8 +28,8 @@
  * stay mapped and read from the file), or when KVCHAT_MMAP is set.
  * Where the kernels read them faster so, Q4_0, Q8_0, Q4_K and Q6_K matrices
  * are rearranged as they are copied (repack.c), each unit (a row) before
- * the copy counts it done, in place (a Q8_0 step's order depends on where
- * it lies); a tensor adopted with its data takes its layout.
+ * the copy counts it done, in place (a Q4_0 or Q8_0 step's order depends on
+ * where it lies); a tensor adopted with its data takes its layout.
  */
 #include "internal.h"
 
