@@ -553,6 +553,7 @@ KQ static INLINE void q4_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
  */
 KQ static INLINE void q6_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
 {
+    st += lm_q6_k_lanes_codes(st);
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
     for (int s = 0; s < 4; s++) {
         __m512i v[4], r[4], out[4];
@@ -585,11 +586,13 @@ KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t
             q4_k_lanes_codes(st, c);
         else
             q6_k_lanes_codes(st, c);
+        uint8_t scratch[LM_Q6_K_STEP_BYTES];
+        const uint8_t *headers = klanes_headers(t, st, scratch);
         for (int b = 0; b < 4; b++) {
             size_t in_step, in_block, n;
             lm_klanes_header(t, b, &in_step, &in_block, &n);
             kquad q;
-            decode_quad(t, st + in_step - in_block, bs, 1, &q); /* reads only the header's bytes */
+            decode_quad(t, headers + in_step - in_block, bs, 1, &q); /* reads only the header's bytes */
             store_factors(&q, d, m, 4 * s + b);
             put_block_scaled(t, &q, c[b], 4 * s + b, lo, hi, mn);
         }

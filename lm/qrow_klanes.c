@@ -186,8 +186,10 @@ KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int6
  * the sum is the signed codes' (|sum| <= 16 * 32 * 127, more than a word:
  * the scales meet it in 32-bit multiplies, one a set of 16 groups).
  */
-KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int64_t s, __m512 *acc)
+KL static INLINE void q6_k_step(const uint8_t *step, const act_row *a, int n, int64_t s, __m512 *acc)
 {
+    const size_t h = lm_q6_k_lanes_codes(step); /* the header's bytes before the codes */
+    const uint8_t *st = step + h;
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512i A[KLANES_TOKENS][4]; /* set s: groups 4s..4s+3 of each super-block */
     EACH_TOKEN(j)
@@ -215,7 +217,10 @@ KL static INLINE void q6_k_step(const uint8_t *st, const act_row *a, int n, int6
 #define K6_LANE(b) K6_B(b, 15), K6_B(b, 14), K6_B(b, 13), K6_B(b, 12), K6_B(b, 11), K6_B(b, 10), K6_B(b, 9), \
                    K6_B(b, 8), K6_B(b, 7), K6_B(b, 6), K6_B(b, 5), K6_B(b, 4), K6_B(b, 3), K6_B(b, 2), K6_B(b, 1), K6_B(b, 0)
 #define K6_D(b) K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16)
-    const __m512i tail0 = load_ahead(st + 768, n, a->ahead), tail1 = load_ahead(st + 776, n, a->ahead);
+    /* header bytes 0-63 (the first h of them before the codes) and 8-71 */
+    const __m512i tail0 = _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, load_ahead(step + 768, n, a->ahead),
+                                                 _mm512_loadu_si512(step)),
+                  tail1 = load_ahead(step + 776, n, a->ahead);
     const __m512i sc = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(K6_LANE(3), K6_LANE(2), K6_LANE(1), K6_LANE(0)), tail1);
     const __m512i d16 = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -335,6 +340,7 @@ KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, __m512i c[4])
  */
 KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, __m512i c[4])
 {
+    step += lm_q6_k_lanes_codes(step);
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const size_t slices = lm_q6_k_lanes_top(1), at = 16 * (size_t)b; /* bytes from one slice to the next */
@@ -355,13 +361,17 @@ KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *
     const int q6 = tag == LM_Q6_K_LANES;
     const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
     const size_t step_bytes = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
+    uint8_t scratch[LM_Q6_K_STEP_BYTES];
+    const uint8_t *headers = row;
     for (int64_t b = 0; b < k / 256; b++) {
         const uint8_t *step = row + step_bytes * (b / 4);
-        if (b % 4 == 0)
+        if (b % 4 == 0) {
             lm_prefetch_ahead(step, step_bytes, 16, LM_PREFETCH_BATCH);
+            headers = klanes_headers(t, step, scratch);
+        }
         size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
         lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
-        lm_k_scales_prepare(t, step + hs - hb, r, b);
+        lm_k_scales_prepare(t, headers + hs - hb, r, b);
         __m512i c[4];
         if (q6)
             q6_k_block_codes(step, (int)(b % 4), c);

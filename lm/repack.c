@@ -340,6 +340,13 @@ static void k_to_lanes(uint32_t t, uint8_t *row, int64_t k)
             lm_klanes_header(t, b, &hs, &hb, &hn);
             memcpy(step + hs, head[b], hn);
         }
+        const size_t h = t == LM_Q6_K ? lm_q6_k_lanes_codes(step) : 0;
+        if (h) { /* the codes from the step's first line start, the header around them (internal.h) */
+            uint8_t in[LM_Q6_K_STEP_BYTES];
+            memcpy(in, step, sizeof in);
+            memcpy(step, in + 768, h);
+            memcpy(step + h, in, 768);
+        }
     }
 }
 
@@ -350,7 +357,14 @@ static void k_from_lanes(uint32_t t, const uint8_t *row, uint8_t *dst, int64_t k
     const int64_t whole = k / 1024;
     for (int64_t s = 0; s < whole; s++) {
         const uint8_t *step = row + step_bytes * s;
-        uint8_t *out = dst + step_bytes * s, u[4][256];
+        uint8_t *out = dst + step_bytes * s, u[4][256], in_order[LM_Q6_K_STEP_BYTES];
+        const size_t h = t == LM_Q6_K ? lm_q6_k_lanes_codes(step) : 0;
+        if (h) { /* back in lm_klanes_header's places, the codes from 0 */
+            memcpy(in_order, step + h, 768);
+            memcpy(in_order + 768, step, h);
+            memcpy(in_order + 768 + h, step + 768 + h, 72 - h);
+            step = in_order;
+        }
         k_lanes_codes(t, step, u);
         for (int b = 0; b < 4; b++) {
             size_t hs, hb, hn;
@@ -563,15 +577,14 @@ static int keep_alone(const gguf_file *g, uint8_t *ok)
 int lm_lanes_plan(const gguf_file *g, size_t size, uint8_t *layout)
 {
     const int q4_0 = lm_lanes_layout_native(), q4_k = lm_klanes_layout_native(LM_Q4_K);
-    /* Q6_K only with AMX, where the layout was measured to pay: from memory the file's GFNI kernel
-       reads faster on the Zen 5 (tinyllama Q6_K generating 46-50 -> 56-57 t/s, one thread 28 ->
-       32, prompts of 6-512 tokens 1-15% ahead; llama3.2-1b Q4_K_M, its Q6_K output matrix 215 MB,
-       51-54 -> 58-62 t/s) and level on the Zen 4 (Q6_K 5632: 35.4 against 34.6 GB/s); the layout's
-       lead from L2 (Zen 4: 15.4 against 20.2 ticks a super-block) does not reach a model's token.
-       With its slices in address order (lm_q6_k_lanes_top), tinyllama Q6_K on the Zen 5 still
-       generates faster as the file has it (60.0-64.1 against 55.8-58.0 t/s, four rounds), though
-       its 16-token prompts run slower so (165-180 against 198-205) */
-    const int q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx(), q5_0 = lm_q5_0_lanes_native();
+    /* Q6_K had been kept to AMX CPUs: with its steps' codes across cache lines (840-byte steps),
+       the file's GFNI kernel generated faster on the Zen 5 (tinyllama Q6_K 60.0-64.1 against
+       55.8-58.0 t/s), though its 16-token prompts ran slower so (165-180 against 198-205).
+       With the codes on lines (lm_q6_k_lanes_codes) the layout generates as fast or a few
+       percent faster (tinyllama Q6_K, a throwaway build's four rounds: 89-94% of the probe
+       against 85-89%) and keeps the short prompts' lead (16 tokens 156-199 against 123-175
+       t/s, nine rounds), 512-token ones 3-5% behind (the batch's preparer costs more here) */
+    const int q6_k = lm_klanes_layout_native(LM_Q6_K), q5_0 = lm_q5_0_lanes_native();
     const int k_tails = q4_k && !lm_cpu_gfni(); /* AVX2's kernel (qrow_klanes_avx2.c) takes them */
     const int q8_0 = lm_q8_0_lanes_native();
     int tied = 1; /* no output matrix: the embeddings serve as one */

@@ -67,6 +67,24 @@ AVX512 static INLINE __m512i load_once512(const void *p)
     return x;
 }
 
+/*
+ * Where lm_klanes_header's places hold a K-quant lanes step's headers in
+ * order: the step itself (Q4_K, or a Q6_K step that starts on a line), or
+ * `scratch` (a step's bytes) with the Q6_K header put together at 768
+ * (internal.h, lm_q6_k_lanes_codes).
+ */
+AVX512 static INLINE const uint8_t *klanes_headers(uint32_t t, const uint8_t *step, uint8_t *scratch)
+{
+    const size_t h = t == LM_Q6_K ? lm_q6_k_lanes_codes(step) : 0;
+    if (!h)
+        return step;
+    const __m512i first = _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, _mm512_loadu_si512(step + 768),
+                                                 _mm512_loadu_si512(step));
+    _mm512_storeu_si512(scratch + 768, first);
+    memcpy(scratch + 832, step + 832, 8);
+    return scratch;
+}
+
 /* Eight F16 or BF16 values at p as floats (both conversions exact, as lm_dequant_row's). */
 AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
 {

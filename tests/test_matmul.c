@@ -428,7 +428,7 @@ START_TEST(test_klanes_plan)
     gguf_file g = {.n_tensors = sizeof t / sizeof t[0], .tensors = t};
     uint8_t got[sizeof t / sizeof t[0]];
     ck_assert_int_eq(lm_lanes_plan(&g, 748 * SB, got), 0);
-    const int q4_k = lm_klanes_layout_native(LM_Q4_K), q6_k = lm_klanes_layout_native(LM_Q6_K) && lm_cpu_amx();
+    const int q4_k = lm_klanes_layout_native(LM_Q4_K), q6_k = lm_klanes_layout_native(LM_Q6_K);
     const int avx2 = q4_k && !lm_cpu_gfni();
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         const int native = want[i] == Q4K ? q4_k : q6_k;
