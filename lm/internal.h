@@ -354,16 +354,8 @@ static inline size_t lm_q6_k_lanes_codes(const uint8_t *step)
     return (size_t)(-(uintptr_t)step & 63);
 }
 
-void lm_q4_0_to_lanes(uint8_t *step, int m);                            /* m blocks, in place */
-void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m); /* to the file's */
+void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m); /* m blocks, to the file's */
 void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k);
-/*
- * A whole Q8_0 lanes step (16 blocks, 544 bytes): vector q of its codes
- * holds codes 4q..4q+3 of block j at 4j, and the 16 f16 scales come after
- * the codes or before them (lm_lanes_codes).
- */
-void lm_q8_0_to_lanes(uint8_t *step);                                  /* a whole step, in place */
-void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out);       /* to the file's */
 /*
  * A Q5_0 step of m blocks (22m bytes) in its lanes layout: Q4_0's vectors
  * of nibble bytes (4m bytes each, at 4mq), then block j's 32 fifth bits at

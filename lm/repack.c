@@ -91,36 +91,44 @@
 #include <string.h>
 
 #define STEP_BLOCKS 16
-#define STEP_BYTES LM_Q4_0_STEP_BYTES /* STEP_BLOCKS blocks of 18 bytes */
 
 /*
- * A step of m blocks (the file's 18m bytes; m = 16 but for a row's last)
- * into the lanes layout, in place: vector q (4m bytes) of the codes holds
- * nibble bytes 4q..4q+3 of block j at 4j, and the m f16 scales come after
- * the codes (or before them: internal.h, lm_lanes_codes).
+ * A Q4_0 step of m blocks (the file's 18m bytes; m = 16 but for a row's
+ * last) or a whole Q8_0 step (34 bytes a block) into the lanes layout, in
+ * place: vector q (4m bytes) of the codes holds code bytes 4q..4q+3 of
+ * block j at 4j (4 vectors of Q4_0's nibble bytes, 8 of Q8_0's codes), and
+ * the m f16 scales come after the codes (or before them: internal.h,
+ * lm_lanes_codes).
  */
-void lm_q4_0_to_lanes(uint8_t *step, int m)
+static void b32_to_lanes(uint32_t t, uint8_t *step, int m)
 {
-    uint8_t in[STEP_BYTES];
-    memcpy(in, step, 18 * (size_t)m);
-    uint8_t *codes = step + lm_lanes_codes(LM_Q4_0, step, m), *scales = step + lm_lanes_scales(LM_Q4_0, step, m);
+    const int bs = lm_b32_block_bytes(t), vectors = t == LM_Q8_0 ? 8 : 4;
+    uint8_t in[LM_Q8_0_STEP_BYTES];
+    memcpy(in, step, (size_t)bs * (size_t)m);
+    uint8_t *codes = step + lm_lanes_codes(t, step, m), *scales = step + lm_lanes_scales(t, step, m);
     for (int j = 0; j < m; j++) {
-        const uint8_t *blk = in + 18 * j;
-        for (int q = 0; q < 4; q++)
+        const uint8_t *blk = in + bs * j;
+        for (int q = 0; q < vectors; q++)
             memcpy(codes + 4 * m * q + 4 * j, blk + 2 + 4 * q, 4);
         memcpy(scales + 2 * j, blk, 2);
     }
 }
 
-/* A step of m blocks in the lanes layout back into the file's layout at out. */
+/* The inverse: a step of m blocks of type t in the lanes layout into the file's layout at out. */
+static void b32_step_from_lanes(uint32_t t, const uint8_t *step, uint8_t *out, int m)
+{
+    const int bs = lm_b32_block_bytes(t), vectors = t == LM_Q8_0 ? 8 : 4;
+    const uint8_t *codes = step + lm_lanes_codes(t, step, m), *scales = step + lm_lanes_scales(t, step, m);
+    for (int j = 0; j < m; j++) {
+        for (int q = 0; q < vectors; q++)
+            memcpy(out + bs * j + 2 + 4 * q, codes + 4 * m * q + 4 * j, 4);
+        memcpy(out + bs * j, scales + 2 * j, 2);
+    }
+}
+
 void lm_q4_0_step_from_lanes(const uint8_t *step, uint8_t *out, int m)
 {
-    const uint8_t *codes = step + lm_lanes_codes(LM_Q4_0, step, m), *scales = step + lm_lanes_scales(LM_Q4_0, step, m);
-    for (int j = 0; j < m; j++) {
-        for (int q = 0; q < 4; q++)
-            memcpy(out + 18 * j + 2 + 4 * q, codes + 4 * m * q + 4 * j, 4);
-        memcpy(out + 18 * j, scales + 2 * j, 2);
-    }
+    b32_step_from_lanes(LM_Q4_0, step, out, m);
 }
 
 /* A row of k columns in the lanes layout back into the file's layout at dst. */
@@ -131,41 +139,12 @@ void lm_q4_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
         lm_q4_0_step_from_lanes(row + 18 * b, dst + 18 * b, lm_lanes_step_blocks(nb, b));
 }
 
-/*
- * A whole Q8_0 step (16 blocks of 34 bytes) into its lanes layout, in
- * place (internal.h: lm_lanes_codes).  A row's last blocks past its
- * whole steps stay as the file has them.
- */
-void lm_q8_0_to_lanes(uint8_t *step)
-{
-    uint8_t in[LM_Q8_0_STEP_BYTES];
-    memcpy(in, step, sizeof in);
-    uint8_t *codes = step + lm_lanes_codes(LM_Q8_0, step, 16), *scales = step + lm_lanes_scales(LM_Q8_0, step, 16);
-    for (int j = 0; j < STEP_BLOCKS; j++) {
-        const uint8_t *blk = in + 34 * j;
-        for (int q = 0; q < 8; q++)
-            memcpy(codes + 64 * q + 4 * j, blk + 2 + 4 * q, 4);
-        memcpy(scales + 2 * j, blk, 2);
-    }
-}
-
-/* A whole Q8_0 step in the lanes layout back into the file's layout at out. */
-void lm_q8_0_step_from_lanes(const uint8_t *step, uint8_t *out)
-{
-    const uint8_t *codes = step + lm_lanes_codes(LM_Q8_0, step, 16), *scales = step + lm_lanes_scales(LM_Q8_0, step, 16);
-    for (int j = 0; j < STEP_BLOCKS; j++) {
-        for (int q = 0; q < 8; q++)
-            memcpy(out + 34 * j + 2 + 4 * q, codes + 64 * q + 4 * j, 4);
-        memcpy(out + 34 * j, scales + 2 * j, 2);
-    }
-}
-
-/* A Q8_0 row in the lanes layout back into the file's layout at dst. */
+/* A Q8_0 row in the lanes layout back into the file's layout at dst (the blocks past its whole steps as they are). */
 static void q8_0_from_lanes(const uint8_t *row, uint8_t *dst, int64_t k)
 {
     const int64_t whole = k / 32 / STEP_BLOCKS;
     for (int64_t s = 0; s < whole; s++)
-        lm_q8_0_step_from_lanes(row + LM_Q8_0_STEP_BYTES * s, dst + LM_Q8_0_STEP_BYTES * s);
+        b32_step_from_lanes(LM_Q8_0, row + LM_Q8_0_STEP_BYTES * s, dst + LM_Q8_0_STEP_BYTES * s, STEP_BLOCKS);
     memcpy(dst + LM_Q8_0_STEP_BYTES * whole, row + LM_Q8_0_STEP_BYTES * whole, (size_t)(k / 32 % STEP_BLOCKS) * 34);
 }
 
@@ -398,10 +377,10 @@ void lm_layout_apply(int layout, uint8_t *unit, int64_t k)
 {
     if (layout == LM_LAYOUT_Q4_0_LANES)
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
-            lm_q4_0_to_lanes(unit + 18 * b, lm_lanes_step_blocks(k / 32, b));
-    else if (layout == LM_LAYOUT_Q8_0_LANES)
+            b32_to_lanes(LM_Q4_0, unit + 18 * b, lm_lanes_step_blocks(k / 32, b));
+    else if (layout == LM_LAYOUT_Q8_0_LANES) /* whole steps only: a row's last blocks stay as they are */
         for (int64_t s = 0; s < k / 32 / STEP_BLOCKS; s++)
-            lm_q8_0_to_lanes(unit + LM_Q8_0_STEP_BYTES * s);
+            b32_to_lanes(LM_Q8_0, unit + LM_Q8_0_STEP_BYTES * s, STEP_BLOCKS);
     else if (layout == LM_LAYOUT_Q5_0_LANES || layout == LM_LAYOUT_Q5_1_LANES) {
         const uint32_t t = lm_layout_type(layout);
         for (int64_t b = 0; b < k / 32; b += STEP_BLOCKS)
