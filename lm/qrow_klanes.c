@@ -188,8 +188,7 @@ KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int6
  */
 KL static INLINE void q6_k_step(const uint8_t *step, const act_row *a, int n, int64_t s, __m512 *acc)
 {
-    const size_t h = lm_q6_k_lanes_codes(step); /* the header's bytes before the codes */
-    const uint8_t *st = step + h;
+    const uint8_t *st = step + lm_q6_k_lanes_codes(step); /* the codes, after the header's first bytes */
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512i A[KLANES_TOKENS][4]; /* set s: groups 4s..4s+3 of each super-block */
     EACH_TOKEN(j)
@@ -218,8 +217,7 @@ KL static INLINE void q6_k_step(const uint8_t *step, const act_row *a, int n, in
                    K6_B(b, 8), K6_B(b, 7), K6_B(b, 6), K6_B(b, 5), K6_B(b, 4), K6_B(b, 3), K6_B(b, 2), K6_B(b, 1), K6_B(b, 0)
 #define K6_D(b) K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16), K6_B(b, 17), K6_B(b, 16)
     /* header bytes 0-63 (the first h of them before the codes) and 8-71 */
-    const __m512i tail0 = _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, load_ahead(step + 768, n, a->ahead),
-                                                 _mm512_loadu_si512(step)),
+    const __m512i tail0 = q6_k_lanes_header64(step, load_ahead(step + 768, n, a->ahead)),
                   tail1 = load_ahead(step + 776, n, a->ahead);
     const __m512i sc = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(K6_LANE(3), K6_LANE(2), K6_LANE(1), K6_LANE(0)), tail1);
     const __m512i d16 = _mm512_permutex2var_epi8(tail0, _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,

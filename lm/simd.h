@@ -67,6 +67,13 @@ AVX512 static INLINE __m512i load_once512(const void *p)
     return x;
 }
 
+/* A Q6_K lanes step's header bytes 0-63 in order, at768 its 64 bytes at step + 768 (the first ones lie before the codes). */
+AVX512 static INLINE __m512i q6_k_lanes_header64(const uint8_t *step, __m512i at768)
+{
+    const size_t h = lm_q6_k_lanes_codes(step);
+    return _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, at768, _mm512_loadu_si512(step));
+}
+
 /*
  * Where lm_klanes_header's places hold a K-quant lanes step's headers in
  * order: the step itself (Q4_K, or a Q6_K step that starts on a line), or
@@ -75,12 +82,9 @@ AVX512 static INLINE __m512i load_once512(const void *p)
  */
 AVX512 static INLINE const uint8_t *klanes_headers(uint32_t t, const uint8_t *step, uint8_t *scratch)
 {
-    const size_t h = t == LM_Q6_K ? lm_q6_k_lanes_codes(step) : 0;
-    if (!h)
+    if (t != LM_Q6_K || !lm_q6_k_lanes_codes(step))
         return step;
-    const __m512i first = _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, _mm512_loadu_si512(step + 768),
-                                                 _mm512_loadu_si512(step));
-    _mm512_storeu_si512(scratch + 768, first);
+    _mm512_storeu_si512(scratch + 768, q6_k_lanes_header64(step, _mm512_loadu_si512(step + 768)));
     memcpy(scratch + 832, step + 832, 8);
     return scratch;
 }
