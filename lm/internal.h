@@ -344,7 +344,8 @@ static inline void lm_klanes_header(uint32_t t, int b, size_t *in_step, size_t *
  * start anywhere in a line, and a 64-byte load across two lines costs a
  * one-token kernel more than the layout saves (Zen 5, tinyllama Q6_K
  * generating, four rounds each against the file's layout: so, slower in
- * three by 3.5-8%; with the codes on lines, faster in three by 1-6%).  So the codes start at the step's first line start, at
+ * three by 3.5-8%; with the codes on lines, faster in three by 1-6%).  So
+ * the codes start at the step's first line start, at
  * lm_q6_k_lanes_codes(step), and the step's 72 bytes of scales and factors
  * lie around them: header byte i at step + i for i below that, at step +
  * 768 + i from it (the copy lays each step out where it will be read).

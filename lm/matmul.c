@@ -117,11 +117,11 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
     }
     /* a row of any rearranged type unpacked (file_row): Q6_K's the most bytes an element of those in
        super-blocks, Q8_0's of those in blocks of 32 */
-    const size_t k6 = lm_row_bytes(LM_Q6_K, max_k / 256 * 256), k5 = lm_row_bytes(LM_Q8_0, max_k / 32 * 32);
+    const size_t k6 = lm_row_bytes(LM_Q6_K, max_k / 256 * 256), k8 = lm_row_bytes(LM_Q8_0, max_k / 32 * 32);
     if (!(s->file_rows = calloc((size_t)n_threads, sizeof *s->file_rows)))
         return -1;
     for (int i = 0; i < n_threads; i++)
-        if (!(s->file_rows[i] = malloc(k6 > k5 ? k6 : k5)))
+        if (!(s->file_rows[i] = malloc(k6 > k8 ? k6 : k8)))
             return -1;
     int n_groups = (max_tok + 15) / 16;
     s->tg_mem = aligned_alloc(64, (size_t)n_groups * lm_tgroup_bytes(max_k));
