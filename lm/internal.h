@@ -161,13 +161,10 @@ int lm_rows_k_avx512(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int
 int lm_cpu_gfni(void);
 int lm_rows_k_gfni(uint32_t t, const uint8_t *row0, size_t rb, int64_t nr, int64_t k,
                    const act_row *a, int n, float *out, size_t ldo);
-/* Super-block b's scales, mins and factors into r, from the header a lanes layout keeps (codes not read) */
-void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b); /* the block's file bytes at blk */
 /* qrow_klanes.c: Q4_K and Q6_K rows in their lanes layouts (tag LM_Q4_K_LANES, LM_Q6_K_LANES), with GFNI */
 void lm_act_klanes(act_row *a, uint32_t tag); /* fills qw, ncw in that layout's order */
 int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
                    float *out, size_t ldo);
-int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r); /* as lm_row_k_prepare */
 /* qrow_klanes_avx2.c: one token through rearranged Q4_K rows, AVX2; 0: not this layout (nothing done) */
 int lm_rows_klanes_avx2(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a,
                         float *out);
@@ -179,6 +176,8 @@ int lm_row_k_scaled(uint32_t t, const uint8_t *row, int64_t k, int8_t *lo, int8_
                     int16_t *mn);
 /* A K-quant row as qgemm.c's VNNI groups read it (lm_qrow_decode then lm_trow_prepare); 0 for other types */
 int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r);
+/* The same from a row in a lanes layout (tag LM_Q4_K_LANES, LM_Q6_K_LANES) */
+int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r);
 
 /* One row against n tokens straight from the weights; 0 if the type has no such kernel. */
 /* One token through 16 rows rb bytes apart (Q4_0, Q5_0, Q8_0); 0 if not built here. */

@@ -17,7 +17,8 @@
  * four steps are one vector multiply-add and the result is bitwise the same.
  *
  * The file is compiled twice.  Alone it gives lm_rows_k_avx512 (AVX-512
- * with VNNI) and the batch paths' decoders; qrow_k_gfni.c includes it with
+ * with VNNI) and the batch paths' decoders, of the file's rows and of
+ * the lanes layouts' (qrow_klanes.c); qrow_k_gfni.c includes it with
  * QROW_K_GFNI for CPUs that also have VBMI and GFNI (Ice Lake, Zen 4 on),
  * where a high nibble is one affine byte operation instead of two, and a
  * block's scales are picked across the whole vector by vpermb with no
@@ -459,12 +460,12 @@ KQ static INLINE void kscales_of(uint32_t t, const kquad *q, int i, int32_t *sc4
     _mm256_storeu_si256((__m256i *)mn, m16);
 }
 
-/* A decoded super-block's factors, d and dmin, into d[b] and m[b]. */
-KQ static INLINE void store_factors(const kquad *q, float *d, float *m, int64_t b)
+/* Block i of a decoded quad's factors, d and dmin, into d[b] and m[b]. */
+KQ static INLINE void store_factors(const kquad *q, int i, float *d, float *m, int64_t b)
 {
     float dd[8];
     _mm256_storeu_ps(dd, q->dd);
-    d[b] = dd[0], m[b] = dd[1];
+    d[b] = dd[2 * i], m[b] = dd[2 * i + 1];
 }
 
 /*
@@ -479,7 +480,7 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
     lm_prefetch_ahead(blk, bs, 16, LM_PREFETCH_BATCH); /* for the batch kernels */
     decode_quad(t, blk, bs, 1, q);
     block_codes(t, blk, 0, c);
-    store_factors(q, d, m, b);
+    store_factors(q, 0, d, m, b);
 }
 
 /*
@@ -489,13 +490,13 @@ KQ static INLINE void one_block(uint32_t t, size_t bs, const uint8_t *row, int64
  * every 16 codes.  It skips the generic decode, which cost the batch path
  * more than its tiles.
  */
-KQ static INLINE void put_block_scaled(uint32_t t, const kquad *q, const __m512i c[4], int64_t b, int8_t *lo,
+KQ static INLINE void put_block_scaled(uint32_t t, const kquad *q, int i, const __m512i c[4], int64_t b, int8_t *lo,
                                        int8_t *hi, int16_t *mn)
 {
     const __m512i m7 = _mm512_set1_epi16(127), off = _mm512_set1_epi16(t == LM_Q6_K ? 32 : 0);
     __m512i sc4[4];
     __m256i mins;
-    block_scales(t, q, 0, 0, sc4, &mins);
+    block_scales(t, q, i, 0, sc4, &mins);
     _mm256_storeu_si256((__m256i *)(mn + b * 16), mins);
     for (int z = 0; z < 4; z++) { /* 64 codes: each 128-bit lane's 16 share a scale */
         /* the scale in both words of its dword, for the widened codes */
@@ -516,7 +517,7 @@ KQ static INLINE void put_scaled(uint32_t t, size_t bs, const uint8_t *row, int6
         kquad q;
         __m512i c[4];
         one_block(t, bs, row, b, &q, c, d, m);
-        put_block_scaled(t, &q, c, b, lo, hi, mn);
+        put_block_scaled(t, &q, 0, c, b, lo, hi, mn);
     }
 }
 
@@ -571,30 +572,60 @@ KQ static INLINE void q6_k_lanes_codes(const uint8_t *st, __m512i c[4][4])
     }
 }
 
+/*
+ * The scales and factors of a Q6_K lanes step's 4 super-blocks (header
+ * bytes 18b..18b+17, lm_klanes_header), as decode_quad gives them, read
+ * where they lie around the codes (lm_q6_k_lanes_codes): a copy put
+ * together first was read back across its two stores, which the core does
+ * not forward (Zen 5: a fifth of the batch preparer's time on one load).
+ */
+KQ static INLINE void q6_k_lanes_quad(const uint8_t *st, kquad *q)
+{
+    const int h = (int)lm_q6_k_lanes_codes(st); /* header bytes from h on lie 768 further */
+    __m512i s8 = _mm512_setzero_si512();
+    short d[4];
+    for (int b = 0; b < 4; b++) {
+        const int at = 18 * b, from = h - at; /* this block's bytes from `from` on lie after the codes */
+        const __mmask16 after = from <= 0 ? 0xffff : from >= 16 ? 0 : (__mmask16)(0xffffu << from);
+        const __m128i v = _mm_mask_blend_epi8(after, _mm_loadu_si128((const __m128i *)(st + at)),
+                                              _mm_loadu_si128((const __m128i *)(st + 768 + at)));
+        s8 = _mm512_mask_broadcast_i32x4(s8, (__mmask16)(0xf << (4 * b)), v);
+        const int lo = st[at + 16 < h ? at + 16 : 768 + at + 16], hi = st[at + 17 < h ? at + 17 : 768 + at + 17];
+        d[b] = (short)(lo | hi << 8);
+    }
+    q->s8 = s8;
+    q->dd = _mm256_cvtph_ps(_mm_set_epi16(0, d[3], 0, d[2], 0, d[1], 0, d[0])); /* dmin 0, as decode_quad */
+}
+
+/*
+ * A step of a rearranged Q4_K or Q6_K row: its 4 super-blocks' codes in
+ * order, c[b][z], and their scales and factors in one quad, read where the
+ * step keeps its headers side by side (lm_klanes_header).
+ */
+KQ static INLINE void lanes_step(uint32_t t, const uint8_t *st, __m512i c[4][4], kquad *q)
+{
+    lm_prefetch_ahead(st, 4 * lm_type_size(t), 16, LM_PREFETCH_BATCH); /* for the batch kernels */
+    if (t == LM_Q4_K) {
+        q4_k_lanes_codes(st, c);
+        decode_quad(t, st, 16, 4, q); /* the headers at 16b (lm_klanes_header) */
+    } else {
+        q6_k_lanes_codes(st, c);
+        q6_k_lanes_quad(st, q);
+    }
+}
+
 /* A rearranged Q4_K or Q6_K row (tag LM_Q4_K_LANES, LM_Q6_K_LANES) as put_scaled gives the file's. */
 KQ static INLINE void put_scaled_lanes(uint32_t tag, const uint8_t *row, int64_t k, int8_t *lo, int8_t *hi,
                                        float *d, float *m, int16_t *mn)
 {
     const uint32_t t = tag == LM_Q4_K_LANES ? LM_Q4_K : LM_Q6_K;
-    const size_t bs = lm_type_size(t);
-    const int64_t steps = k / 1024;
-    for (int64_t s = 0; s < steps; s++) {
-        const uint8_t *st = row + 4 * bs * (size_t)s;
-        lm_prefetch_ahead(st, 4 * bs, 16, LM_PREFETCH_BATCH); /* for the batch kernels */
+    for (int64_t s = 0; s < k / 1024; s++) {
         __m512i c[4][4];
-        if (t == LM_Q4_K)
-            q4_k_lanes_codes(st, c);
-        else
-            q6_k_lanes_codes(st, c);
-        uint8_t scratch[LM_Q6_K_STEP_BYTES];
-        const uint8_t *headers = klanes_headers(t, st, scratch);
+        kquad q;
+        lanes_step(t, row + 4 * lm_type_size(t) * (size_t)s, c, &q);
         for (int b = 0; b < 4; b++) {
-            size_t in_step, in_block, n;
-            lm_klanes_header(t, b, &in_step, &in_block, &n);
-            kquad q;
-            decode_quad(t, headers + in_step - in_block, bs, 1, &q); /* reads only the header's bytes */
-            store_factors(&q, d, m, 4 * s + b);
-            put_block_scaled(t, &q, c[b], 4 * s + b, lo, hi, mn);
+            store_factors(&q, b, d, m, 4 * s + b);
+            put_block_scaled(t, &q, b, c[b], 4 * s + b, lo, hi, mn);
         }
     }
 }
@@ -622,13 +653,38 @@ KQ static INLINE void prepare_groups(uint32_t t, size_t bs, const uint8_t *row, 
     r->type = t, r->k = k;
 }
 
-/* Super-block b's scales, mins and factors into r, from its bytes as the file has them at blk (codes not read). */
-KQ void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
+/*
+ * A rearranged row (tag LM_Q4_K_LANES, LM_Q6_K_LANES) into what qgemm.c's
+ * VNNI groups read, as prepare_groups does from the file's, a step at a
+ * time: its codes transposed whole vectors at once, its headers decoded
+ * four at once (a super-block at a time, gathering 16 bytes of each of
+ * four slices and calling for its scales, tinyllama Q6_K prompts of 512
+ * tokens ran 3-5% behind the file's layout).
+ */
+KQ static INLINE void prepare_lanes(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
 {
-    kquad q;
-    decode_quad(t, blk, lm_type_size(t), 1, &q);
-    store_factors(&q, r->d, r->m, b);
-    kscales_of(t, &q, 0, r->sc4 + b * 64, r->mn + b * 16);
+    const int off = lm_code_offset(t);
+    for (int64_t s = 0; s < k / 1024; s++) {
+        __m512i c[4][4];
+        kquad q;
+        lanes_step(t, row + 4 * lm_type_size(t) * (size_t)s, c, &q);
+        for (int b = 0; b < 4; b++) {
+            const int64_t i = 4 * s + b;
+            store_factors(&q, b, r->d, r->m, i);
+            kscales_of(t, &q, b, r->sc4 + i * 64, r->mn + i * 16);
+            put_s8_256(c[b], off, r->s8 + i * 256, r->corr16 + i * 16);
+        }
+    }
+    r->type = t, r->k = k;
+}
+
+KQ int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
+{
+    if (tag == LM_Q4_K_LANES) /* each type compiled on its own, as lm_row_k_prepare's */
+        prepare_lanes(LM_Q4_K, row, k, r);
+    else
+        prepare_lanes(LM_Q6_K, row, k, r);
+    return 1;
 }
 
 KQ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
@@ -681,9 +737,10 @@ int lm_row_k_prepare(uint32_t t, const uint8_t *row, int64_t k, qrow *r)
     return 0;
 }
 
-void lm_k_scales_prepare(uint32_t t, const uint8_t *blk, qrow *r, int64_t b)
+int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
 {
-    (void)t, (void)blk, (void)r, (void)b;
+    (void)tag, (void)row, (void)k, (void)r;
+    return 0;
 }
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * lm/qrow_klanes.c - Q4_K and Q6_K rows in their lanes layouts (repack.c)
- * through one token or a few, and into the batch paths' decoded form.
+ * through one token or a few (qrow_k.c decodes them for the batch paths).
  *
  * As the file has them, a 32-bit lane of the multiply-add holds 4 codes of
  * one group and a group spans several lanes, so a super-block's products
@@ -180,6 +180,13 @@ KL static INLINE void q4_k_step(const uint8_t *st, const act_row *a, int n, int6
 /* Bytes x (< 72) of a Q6_K step's 72 bytes of scales and factors, from its two loads (at 768 and 776). */
 #define K6_AT(x) ((x) < 64 ? (x) : 56 + (x))
 
+/* A Q6_K lanes step's header bytes 0-63 in order, at768 its 64 bytes at step + 768 (the first ones lie before the codes). */
+KL static INLINE __m512i q6_k_lanes_header64(const uint8_t *step, __m512i at768)
+{
+    const size_t h = lm_q6_k_lanes_codes(step);
+    return _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, at768, _mm512_loadu_si512(step));
+}
+
 /*
  * A step of a rearranged Q6_K row for n tokens: each lane adds up the 16
  * codes of one group, seeded with -32 times the token's sum over them, so
@@ -301,98 +308,12 @@ int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int
     return 1;
 }
 
-/*
- * Super-block b (b % 4 of its step) of a rearranged Q4_K row: its 128 code
- * bytes are the 16 bytes at 16b of each of the step's 8 chunks, and a
- * byte permute of each nibble's half puts them in order, into c (64 codes a
- * vector, as lm_qrow_decode leaves them).
- */
-KL static INLINE void q4_k_block_codes(const uint8_t *step, int b, __m512i c[4])
-{
-    /* code j of the permute's two groups (2h + j / 32): code n = j % 32 lies in chunk n / 4, byte 4g + n % 4 */
-#define K4_AT(h, j) (char)(64 * ((j) % 32 / 16) + 16 * ((j) % 32 / 4 % 4) + 4 * (2 * (h) + (j) / 32) + (j) % 4)
-#define K4_8(h, j) K4_AT(h, j + 7), K4_AT(h, j + 6), K4_AT(h, j + 5), K4_AT(h, j + 4), K4_AT(h, j + 3), \
-                   K4_AT(h, j + 2), K4_AT(h, j + 1), K4_AT(h, j)
-#define K4_IDX(h) _mm512_set_epi8(K4_8(h, 56), K4_8(h, 48), K4_8(h, 40), K4_8(h, 32), K4_8(h, 24), K4_8(h, 16), \
-                                  K4_8(h, 8), K4_8(h, 0))
-    const __m512i m4 = _mm512_set1_epi8(0x0f), idx0 = K4_IDX(0), idx1 = K4_IDX(1);
-#undef K4_IDX
-#undef K4_8
-#undef K4_AT
-    const uint8_t *col = step + 64 + 16 * b;
-    const __m512i y0 = quad_bytes(col, 64, 0, 4), y1 = quad_bytes(col + 256, 64, 0, 4);
-    const __m512i lo0 = _mm512_and_si512(y0, m4), lo1 = _mm512_and_si512(y1, m4);
-    const __m512i hi0 = high_nibbles(y0), hi1 = high_nibbles(y1);
-    c[0] = _mm512_permutex2var_epi8(lo0, idx0, lo1);
-    c[1] = _mm512_permutex2var_epi8(lo0, idx1, lo1);
-    c[2] = _mm512_permutex2var_epi8(hi0, idx0, hi1);
-    c[3] = _mm512_permutex2var_epi8(hi0, idx1, hi1);
-}
-
-/*
- * The same for Q6_K: set s's codes (groups 4s..4s+3) in slice j come from
- * nibble s % 2 of lm_q6_k_lanes_low(j, s / 2) and top bits 2s of
- * lm_q6_k_lanes_top(j), 16 bytes at 16b of each; a dword transpose puts
- * each group's slices in order.  Codes unsigned (code + 32), as
- * lm_qrow_decode leaves them.
- */
-KL static INLINE void q6_k_block_codes(const uint8_t *step, int b, __m512i c[4])
-{
-    step += lm_q6_k_lanes_codes(step);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const size_t slices = lm_q6_k_lanes_top(1), at = 16 * (size_t)b; /* bytes from one slice to the next */
-    const __m512i ql[2] = {quad_bytes(step + lm_q6_k_lanes_low(0, 0), slices, at, 4),
-                           quad_bytes(step + lm_q6_k_lanes_low(0, 1), slices, at, 4)};
-    const __m512i qh = quad_bytes(step + lm_q6_k_lanes_top(0), slices, at, 4);
-    const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
-    for (int set = 0; set < 4; set++) {
-        const __m512i low = set % 2 ? high_nibbles(ql[set / 2]) : _mm512_and_si512(ql[set / 2], m4);
-        const __m512i v = _mm512_ternarylogic_epi32(low, top[set], m30, 0xf8);
-        c[set] = _mm512_permutexvar_epi32(order, v);
-    }
-}
-
-/* A rearranged row into what qgemm.c's VNNI groups read (as lm_row_k_prepare does from the file's). */
-KL int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
-{
-    const int q6 = tag == LM_Q6_K_LANES;
-    const uint32_t t = q6 ? LM_Q6_K : LM_Q4_K;
-    const size_t step_bytes = q6 ? LM_Q6_K_STEP_BYTES : LM_Q4_K_STEP_BYTES;
-    uint8_t scratch[LM_Q6_K_STEP_BYTES];
-    const uint8_t *headers = row;
-    for (int64_t b = 0; b < k / 256; b++) {
-        const uint8_t *step = row + step_bytes * (b / 4);
-        if (b % 4 == 0) {
-            lm_prefetch_ahead(step, step_bytes, 16, LM_PREFETCH_BATCH);
-            headers = klanes_headers(t, step, scratch);
-        }
-        size_t hs, hb, hn; /* the header at hs, where lm_k_scales_prepare looks for it in a block (hb) */
-        lm_klanes_header(t, (int)(b % 4), &hs, &hb, &hn);
-        lm_k_scales_prepare(t, headers + hs - hb, r, b);
-        __m512i c[4];
-        if (q6)
-            q6_k_block_codes(step, (int)(b % 4), c);
-        else
-            q4_k_block_codes(step, (int)(b % 4), c);
-        put_s8_256(c, lm_code_offset(t), r->s8 + b * 256, r->corr16 + b * 16);
-    }
-    r->type = t, r->k = k;
-    return 1;
-}
-
 #else /* not x86-64: never called, the layouts are not used (lm_klanes_layout_native) */
 
 int lm_rows_klanes(uint32_t tag, const uint8_t *row0, size_t rb, int64_t nr, int64_t k, const act_row *a, int n,
                    float *out, size_t ldo)
 {
     (void)tag, (void)row0, (void)rb, (void)nr, (void)k, (void)a, (void)n, (void)out, (void)ldo;
-    return 0;
-}
-
-int lm_row_klanes_prepare(uint32_t tag, const uint8_t *row, int64_t k, qrow *r)
-{
-    (void)tag, (void)row, (void)k, (void)r;
     return 0;
 }
 

@@ -67,28 +67,6 @@ AVX512 static INLINE __m512i load_once512(const void *p)
     return x;
 }
 
-/* A Q6_K lanes step's header bytes 0-63 in order, at768 its 64 bytes at step + 768 (the first ones lie before the codes). */
-AVX512 static INLINE __m512i q6_k_lanes_header64(const uint8_t *step, __m512i at768)
-{
-    const size_t h = lm_q6_k_lanes_codes(step);
-    return _mm512_mask_blend_epi8(~0ull >> (63 - h) >> 1, at768, _mm512_loadu_si512(step));
-}
-
-/*
- * Where lm_klanes_header's places hold a K-quant lanes step's headers in
- * order: the step itself (Q4_K, or a Q6_K step that starts on a line), or
- * `scratch` (a step's bytes) with the Q6_K header put together at 768
- * (internal.h, lm_q6_k_lanes_codes).
- */
-AVX512 static INLINE const uint8_t *klanes_headers(uint32_t t, const uint8_t *step, uint8_t *scratch)
-{
-    if (t != LM_Q6_K || !lm_q6_k_lanes_codes(step))
-        return step;
-    _mm512_storeu_si512(scratch + 768, q6_k_lanes_header64(step, _mm512_loadu_si512(step + 768)));
-    memcpy(scratch + 832, step + 832, 8);
-    return scratch;
-}
-
 /* Eight F16 or BF16 values at p as floats (both conversions exact, as lm_dequant_row's). */
 AVX2 static INLINE __m256 halves_ps(uint32_t t, const uint8_t *p)
 {
