@@ -505,9 +505,36 @@ typedef struct lm_barrier {
 void lm_barrier_init(lm_barrier *b);
 void lm_barrier_wait(lm_barrier *b); /* every thread of the enclosing region calls it */
 
+/*
+ * A matrix's runs of rows shared out among a pass's threads (runs.c): each
+ * thread starts on its own contiguous share and, once through it, takes
+ * the back half of what another has left.  Every thread of the region
+ * calls lm_runs_begin for every matrix, then lm_runs_next until it gives -1.
+ */
+typedef struct lm_runs_share {
+    _Alignas(64) atomic_uint_least64_t word; /* work share, front, back (runs.c) */
+    unsigned seq;                            /* the owner's count of work shares */
+} lm_runs_share;
+typedef struct lm_runs {
+    lm_runs_share *share; /* one per thread, a cache line each */
+    int n_threads;
+} lm_runs;
+typedef struct lm_runs_iter {
+    lm_runs *r;
+    int tid;
+    unsigned gen;
+    int64_t n_runs, stolen, stolen_end;
+} lm_runs_iter;
+#define LM_RUNS_MAX ((1 << 24) - 1) /* runs a matrix may be cut into */
+int lm_runs_init(lm_runs *r, int n_threads);
+void lm_runs_free(lm_runs *r);
+void lm_runs_begin(lm_runs *r, lm_runs_iter *it, int64_t n_runs);
+int64_t lm_runs_next(lm_runs_iter *it); /* the next run this thread does, or -1 */
+
 /* Per-context matmul scratch: quantized activations and one qrow per thread. */
 typedef struct mm_scratch {
     lm_barrier bar;    /* the threads of a pass, between its steps */
+    lm_runs runs;      /* the one-token kernels' runs of rows */
     int n_threads, isa, amx, vbmi, gfni;
     int64_t max_k;
     uint8_t *act;      /* n_tok quantized activation rows */

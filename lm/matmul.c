@@ -73,6 +73,8 @@ static int qrow_alloc(qrow *r, int64_t max_k)
 int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 {
     lm_barrier_init(&s->bar);
+    if (lm_runs_init(&s->runs, n_threads))
+        return -1;
     s->n_threads = n_threads;
     s->ahead = LM_AHEAD_ONE;
     s->isa = lm_cpu_isa();
@@ -131,6 +133,7 @@ int mm_scratch_init(mm_scratch *s, int n_threads, int64_t max_k, int max_tok)
 
 void mm_scratch_free(mm_scratch *s)
 {
+    lm_runs_free(&s->runs);
     for (int i = 0; s->rows && i < QROWS * s->n_threads; i++) {
         qrow *r = &s->rows[i];
         free(r->f), free(r->u), free(r->sc4), free(r->mn), free(r->d), free(r->m);
@@ -475,13 +478,15 @@ static int float_tiles(float *out, const lm_tensor *w, int64_t r0, int t0, int n
 /*
  * One block of tokens against the rows from r0 on, by the threads of the
  * region.  The fast kernels take runs of about 64 KiB of rows (a multiple
- * of 16), handed out guided: each thread starts on a long stretch of its
- * own, read in order as the kernels' prefetches expect, and the runs
- * shrink towards the end, so a thread slowed down (a shared core, a noisy
- * VM) does fewer instead of holding the other at the barrier.  Fixed
- * halves before: tinyllama Q4_0 generation, alternated, 76.2-77.4 t/s
- * against 76.3-81.0 (level except when one core lagged; 16-row runs, an
- * earlier series: 50.3-51.9 against 53.5-54.4 GB/s); 6-token prompts level.
+ * of 16), shared out by lm_runs (runs.c): each thread starts on a
+ * contiguous 1/T of them, read in order as the kernels' prefetches expect,
+ * and one that is through takes the back half of what another has left, so
+ * a thread slowed down (a shared core, a noisy VM) does fewer instead of
+ * holding the other at the barrier.  Guided before, which hands the first
+ * thread half the matrix at once: tinyllama Q4_0 generation on a Zen 5
+ * with one core lagging, perf's share of lm_barrier_wait 8-9% -> 4%, and
+ * 82-92% of the machine's read speed -> 89-94% (fast spells level; few-
+ * token prompts level within the noise).
  */
 static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0, int nt,
                               const act_row *acts, mm_scratch *s)
@@ -495,9 +500,11 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         int64_t per = (int64_t)(RUN_BYTES / row_bytes);
         per = (per < most ? per : most) / 16 * 16; /* four runs a thread at least: small matrices stay even */
         per = per > 16 ? per : 16;
-        const int64_t runs = (left + per - 1) / per;
-#pragma omp for schedule(guided) nowait
-        for (int64_t u = 0; u < runs; u++) {
+        while ((left + per - 1) / per > LM_RUNS_MAX)
+            per *= 2;
+        lm_runs_iter it;
+        lm_runs_begin(&s->runs, &it, (left + per - 1) / per);
+        for (int64_t u; (u = lm_runs_next(&it)) >= 0;) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
             if (nt == 1)
                 ask_run_start(base + (size_t)a * row_bytes, (size_t)(e - a) * row_bytes, s->ahead);

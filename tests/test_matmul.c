@@ -8,6 +8,7 @@
 #include "qrows.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -491,6 +492,67 @@ START_TEST(test_prefetch_tune)
 }
 END_TEST
 
+/* One work share of n runs: each run taken counted in hits; some runs spin a while, so that shares are stolen. */
+static void take_runs(lm_runs *r, int64_t n, _Atomic int *hits, unsigned seed)
+{
+    lm_runs_iter it;
+    lm_runs_begin(r, &it, n);
+    for (int64_t u; (u = lm_runs_next(&it)) >= 0;) {
+        ck_assert(u < n);
+        atomic_fetch_add(&hits[u], 1);
+        seed = seed * 1103515245u + 12345u + (unsigned)u;
+        for (volatile unsigned spin = (seed >> 16) % 16 == 0 ? (seed >> 8) % 2000 : 0; spin > 0; spin--)
+            ;
+    }
+}
+
+/* Work share j's runs: mostly few, so that the wrap comes soon; 0 too. */
+static int64_t runs_of(int j, int most)
+{
+    return j * 37 % (j % 16 ? 20 : most);
+}
+
+/*
+ * Every run of every work share is done exactly once, with 2-4 threads,
+ * many matrices in a row without a barrier between (as matmul_many has
+ * them), past the 16-bit work-share numbers' wrap; and a region of fewer
+ * threads splits its runs without leaving the shares' numbers apart.
+ */
+START_TEST(test_runs_each_once)
+{
+    enum { RING = 8, MOST = 300 };
+    static _Atomic int hits[RING][MOST];
+    const int threads[] = {2, 3, 4}, shares[] = {70000, 3000, 3000};
+    for (int c = 0; c < 3; c++) {
+        lm_runs r;
+        ck_assert_int_eq(lm_runs_init(&r, threads[c]), 0);
+        memset(hits, 0, sizeof hits);
+        int bad = 0;
+        for (int part = 0; part < 2; part++) { /* a region of every thread, then one of one */
+            const int nt = part ? 1 : threads[c], n_shares = part ? 50 : shares[c];
+#pragma omp parallel num_threads(nt) reduction(+ : bad)
+            for (int j = 0; j < n_shares; j++) {
+                take_runs(&r, runs_of(j, MOST), hits[j % RING], (unsigned)(j * 7 + omp_get_thread_num()));
+                if (j % 4 != 3 && j != n_shares - 1)
+                    continue;
+#pragma omp barrier
+                if (omp_get_thread_num() == 0)
+                    for (int i = j - j % 4; i <= j; i++)
+                        for (int u = 0; u < MOST; u++) {
+                            bad += atomic_load(&hits[i % RING][u]) != (u < runs_of(i, MOST));
+                            atomic_store(&hits[i % RING][u], 0);
+                        }
+#pragma omp barrier
+            }
+            ck_assert_int_eq(bad, 0);
+            for (int t = 1; t < threads[c]; t++)
+                    ck_assert_uint_eq(r.share[t].seq, r.share[0].seq);
+        }
+        lm_runs_free(&r);
+    }
+}
+END_TEST
+
 TCase *tcase_matmul(void)
 {
     TCase *tc = tcase_create("matmul");
@@ -504,5 +566,6 @@ TCase *tcase_matmul(void)
     tcase_add_test(tc, test_klanes_plan);
     tcase_add_test(tc, test_q5_lanes_plan);
     tcase_add_test(tc, test_prefetch_tune);
+    tcase_add_test(tc, test_runs_each_once);
     return tc;
 }
