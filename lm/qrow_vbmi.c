@@ -536,53 +536,65 @@ VBMI static INLINE __m512i q8_0_tail_sums(const uint8_t *w, int m, const act_row
     return _mm512_maskz_compress_epi32(0x1111, x);
 }
 
+/*
+ * The step of m blocks (16 but in a row's last step) at block b of a row of
+ * type t against n tokens, into their accumulators.  m is a constant where
+ * inlined for whole steps, so their loop has no masks and no test a token
+ * (the row's loop with m worked out a step spilled and branched there).
+ */
+VBMI static INLINE void step_lanes(uint32_t t, const uint8_t *row, int64_t b, int m, const act_row *a, int n,
+                                   const lane_ix *ix, __m512 *acc)
+{
+    const size_t bs = (size_t)lm_b32_block_bytes(t);
+    const __mmask16 live = (__mmask16)((1u << m) - 1);
+    __m512i u[8];
+    __m512 dw;
+    const size_t step = t == LM_Q4_0_LANES && m == 16 ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
+    const uint32_t tm = t == LM_Q8_0_LANES && m < 16 ? LM_Q8_0 : t; /* (a row's last Q8_0 blocks: the file's) */
+    lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
+    if (tm == LM_Q8_0 && m <= 4) {
+        dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) {
+            const __m512 sums = _mm512_cvtepi32_ps(q8_0_tail_sums(row + bs * (size_t)b, m, &a[i], b));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
+            acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
+        }
+        return;
+    }
+    b32_lanes(tm, row + bs * (size_t)b, m, ix, u, &dw);
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) {
+        const int8_t *qw = a[i].qw + 512 * (b / 16);
+        __m512i v0 = _mm512_loadu_si512(a[i].ncw + b), v1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 8; q += 2) {
+            v0 = _mm512_dpbusd_epi32(v0, u[q], _mm512_loadu_si512(qw + 64 * q));
+            v1 = _mm512_dpbusd_epi32(v1, u[q + 1], _mm512_loadu_si512(qw + 64 * q + 64));
+        }
+        const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(v0, v1));
+        if (m == 16) {
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a[i].d + b)), sums, acc[i]);
+        } else {
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
+            acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
+        }
+    }
+}
+
 /* n (a constant, <= 8) tokens through one row of type t (a constant): token i into out[i * ostride]. */
 VBMI static INLINE void row_lanes(uint32_t t, const uint8_t *row, int64_t k, const act_row *a, int n,
                                   const lane_ix *ix, float *out, size_t ostride)
 {
-    const int64_t nb = k / 32;
-    const size_t bs = (size_t)lm_b32_block_bytes(t);
+    const int64_t nb = k / 32, whole = nb / 16 * 16;
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < n; i++)
         acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 16) {
-        const int m = lm_lanes_step_blocks(nb, b);
-        const __mmask16 live = (__mmask16)((1u << m) - 1);
-        __m512i u[8];
-        __m512 dw;
-        const size_t step = t == LM_Q4_0_LANES && m == 16 ? LM_Q4_0_STEP_BYTES : bs * (size_t)m; /* (whole steps: a constant) */
-        const uint32_t tm = t == LM_Q8_0_LANES && m < 16 ? LM_Q8_0 : t; /* (a row's last Q8_0 blocks: the file's) */
-        lm_prefetch_ahead(row + bs * (size_t)b, step, n, a[0].ahead);
-        if (tm == LM_Q8_0 && m <= 4) {
-            dw = _mm512_cvtph_ps(_mm256_zextsi128_si256(block_scales8_words(row + bs * (size_t)b, bs, m)));
-#pragma GCC unroll 8
-            for (int i = 0; i < n; i++) {
-                const __m512 sums = _mm512_cvtepi32_ps(q8_0_tail_sums(row + bs * (size_t)b, m, &a[i], b));
-                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
-                acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
-            }
-            continue;
-        }
-        b32_lanes(tm, row + bs * (size_t)b, m, ix, u, &dw);
-#pragma GCC unroll 8
-        for (int i = 0; i < n; i++) {
-            const int8_t *qw = a[i].qw + 512 * (b / 16);
-            __m512i v0 = _mm512_loadu_si512(a[i].ncw + b), v1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int q = 0; q < 8; q += 2) {
-                v0 = _mm512_dpbusd_epi32(v0, u[q], _mm512_loadu_si512(qw + 64 * q));
-                v1 = _mm512_dpbusd_epi32(v1, u[q + 1], _mm512_loadu_si512(qw + 64 * q + 64));
-            }
-            const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(v0, v1));
-            if (m == 16) {
-                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a[i].d + b)), sums, acc[i]);
-            } else {
-                const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, a[i].d + b));
-                acc[i] = _mm512_mask3_fmadd_ps(dd, sums, acc[i], live);
-            }
-        }
-    }
+    for (int64_t b = 0; b < whole; b += 16)
+        step_lanes(t, row, b, 16, a, n, ix, acc);
+    if (whole < nb)
+        step_lanes(t, row, whole, (int)(nb - whole), a, n, ix, acc);
 #pragma GCC unroll 8
     for (int i = 0; i < n; i++)
         out[(size_t)i * ostride] = hsum16_avx512(acc[i]);
