@@ -523,7 +523,8 @@ typedef struct lm_runs_iter {
     lm_runs *r;
     int tid;
     unsigned gen;
-    int64_t n_runs, stolen, stolen_end;
+    int64_t n_runs;
+    int64_t next, end; /* runs this thread holds and has not done: stolen, or an even split */
 } lm_runs_iter;
 #define LM_RUNS_MAX ((1 << 24) - 1) /* runs a matrix may be cut into */
 int lm_runs_init(lm_runs *r, int n_threads);

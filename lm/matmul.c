@@ -435,8 +435,8 @@ static int fast_rows(float *out, const lm_tensor *w, int64_t a, int64_t e, int t
  * The first bytes of a run of rows, asked for at once: the kernels ask for
  * the bytes s->ahead beyond those they read, so a run's
  * start would otherwise wait on memory line by line, and a thread starts
- * a run several times a matrix (runs handed out guided, seven matrices a
- * layer).  tinyllama Q4_0's 154 matrices one token at a time, two threads,
+ * a run several times a matrix (at its share's start and after each
+ * steal, lm_runs; seven matrices a layer).  tinyllama Q4_0's 154 matrices one token at a time, two threads,
  * against the machine's read speed beside them, alternated: 90.5 -> 92.5%
  * when it read 35 GB/s, 75 -> 76% at 50-60; `kvchat bench -n 64` on the
  * three tinyllamas, four rounds: 86-93 -> 90-94% at 35.
@@ -502,8 +502,9 @@ static void rows_times_tokens(float *out, const lm_tensor *w, int64_t r0, int t0
         per = per > 16 ? per : 16;
         while ((left + per - 1) / per > LM_RUNS_MAX)
             per *= 2;
+        const int64_t runs = (left + per - 1) / per;
         lm_runs_iter it;
-        lm_runs_begin(&s->runs, &it, (left + per - 1) / per);
+        lm_runs_begin(&s->runs, &it, runs);
         for (int64_t u; (u = lm_runs_next(&it)) >= 0;) {
             const int64_t a = r0 + per * u, e = a + per < rows ? a + per : rows;
             if (nt == 1)

@@ -72,7 +72,7 @@ void lm_runs_free(lm_runs *r)
 static int share_now(lm_runs *r, int t, unsigned gen, int64_t n_runs, uint64_t *w)
 {
     *w = atomic_load_explicit(&r->share[t].word, memory_order_acquire);
-    while (gen_of(*w) != (gen & 0xffff)) {
+    while (gen_of(*w) != gen) { /* (gen: 16 bits, as lm_runs_begin keeps it) */
         if (!older(gen_of(*w), gen))
             return 0;
         const int T = r->n_threads;
@@ -95,15 +95,15 @@ void lm_runs_begin(lm_runs *r, lm_runs_iter *it, int64_t n_runs)
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     if (n != r->n_threads) {
         it->r = NULL;
-        it->stolen = n_runs * t / n;
-        it->stolen_end = n_runs * (t + 1) / n;
+        it->next = n_runs * t / n;
+        it->end = n_runs * (t + 1) / n;
         return;
     }
     it->r = r;
     it->tid = t;
     it->gen = ++r->share[t].seq & 0xffff;
     it->n_runs = n_runs;
-    it->stolen = it->stolen_end = 0;
+    it->next = it->end = 0;
     uint64_t w;
     share_now(r, t, it->gen, n_runs, &w); /* (set up before any thief comes) */
 }
@@ -126,7 +126,7 @@ static int64_t take_front(lm_runs_iter *it)
     return -1;
 }
 
-/* The back half of the fullest other share into it->stolen; 0 when every share is empty. */
+/* The back half of the fullest other share into it->next..end; 0 when every share is empty. */
 static int steal(lm_runs_iter *it)
 {
     lm_runs *r = it->r;
@@ -146,8 +146,8 @@ static int steal(lm_runs_iter *it)
         const int64_t f = front_of(seen), b = back_of(seen), mid = f + (b - f) / 2;
         if (atomic_compare_exchange_strong_explicit(&r->share[victim].word, &seen, pack(it->gen, f, mid),
                                                     memory_order_acq_rel, memory_order_acquire)) {
-            it->stolen = mid;
-            it->stolen_end = b;
+            it->next = mid;
+            it->end = b;
             return 1;
         }
     }
@@ -155,12 +155,12 @@ static int steal(lm_runs_iter *it)
 
 int64_t lm_runs_next(lm_runs_iter *it)
 {
-    if (it->stolen < it->stolen_end)
-        return it->stolen++;
+    if (it->next < it->end)
+        return it->next++;
     if (!it->r)
         return -1;
     const int64_t u = take_front(it);
     if (u >= 0)
         return u;
-    return steal(it) ? it->stolen++ : -1;
+    return steal(it) ? it->next++ : -1;
 }

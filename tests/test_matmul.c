@@ -546,7 +546,7 @@ START_TEST(test_runs_each_once)
             }
             ck_assert_int_eq(bad, 0);
             for (int t = 1; t < threads[c]; t++)
-                    ck_assert_uint_eq(r.share[t].seq, r.share[0].seq);
+                ck_assert_uint_eq(r.share[t].seq, r.share[0].seq);
         }
         lm_runs_free(&r);
     }
