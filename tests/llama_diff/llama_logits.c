@@ -5,7 +5,8 @@
  * to OUT as float32 rows, the format of `kvchat logits -o`.  The cache is
  * f32 and flash attention off, as kvchat computes (llama.cpp's defaults
  * would store the cache in f16, which is not the arithmetic being
- * compared).  LLAMA_LIB in the environment names the directory to load
+ * compared; LLAMA_KV=f16 in the environment asks for an f16 cache, to
+ * compare with kvchat's --kv-type f16).  LLAMA_LIB in the environment names the directory to load
  * CPU backends from, for builds that choose theirs at run time (as
  * node-llama-cpp's do).  With sequential 1 each token is its own llama_decode,
  * so the one-token paths are the ones compared.  Built by logits.sh.
@@ -15,6 +16,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void quiet(enum ggml_log_level level, const char *text, void *user)
 {
@@ -83,7 +85,8 @@ int main(int argc, char **argv)
     cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)(n < 512 ? 512 : n);
     cp.n_threads = cp.n_threads_batch = 2;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    const char *kv_type = getenv("LLAMA_KV");
+    cp.type_k = cp.type_v = kv_type && !strcmp(kv_type, "f16") ? GGML_TYPE_F16 : GGML_TYPE_F32;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     FILE *out = fopen(argv[3], "wb");
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
