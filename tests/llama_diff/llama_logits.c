@@ -6,10 +6,11 @@
  * f32 and flash attention off, as kvchat computes (llama.cpp's defaults
  * would store the cache in f16, which is not the arithmetic being
  * compared; LLAMA_KV=f16 in the environment asks for an f16 cache, to
- * compare with kvchat's --kv-type f16).  LLAMA_LIB in the environment names the directory to load
- * CPU backends from, for builds that choose theirs at run time (as
- * node-llama-cpp's do).  With sequential 1 each token is its own llama_decode,
- * so the one-token paths are the ones compared.  Built by logits.sh.
+ * compare with kvchat's --kv-type f16).  LLAMA_LIB in the environment
+ * names the directory to load CPU backends from, for builds that choose
+ * theirs at run time (as node-llama-cpp's do).  With sequential 1 each
+ * token is its own llama_decode, so the one-token paths are the ones
+ * compared.  Built by logits.sh.
  */
 #include "ggml-backend.h"
 #include "llama.h"
